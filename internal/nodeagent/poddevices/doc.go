@@ -1,0 +1,21 @@
+// Package poddevices is the node agent's record of which devices each pod's containers hold:
+// pod UID → container name → resource name → device IDs grouped by NUMA node, together with the
+// ContainerAllocateResponse the device plugin returned for them. It plays the part of the kubelet's
+// podDevices (pkg/kubelet/cm/devicemanager/pod_devices.go) with two differences that matter:
+//
+//   - Allocation is a transaction. Devices picked for a container are first Reserved (in flight:
+//     counted as used, so no concurrent allocation can pick them, but invisible to everything that
+//     reports or persists allocations), then Committed once the plugin's Allocate call succeeded,
+//     or Rolled back when it failed. Garbage collection of inactive pods never drops an in-flight
+//     reservation. This closes the kubelet's double-allocation race (kubernetes#137534), in which
+//     rebuilding the used-device set from committed allocations while an Allocate RPC ran outside
+//     the lock handed the same device to a second pod.
+//   - Everything is deterministic. Merging the run-time options of a container's resources
+//     iterates resources in name order (the kubelet uses map order, so which plugin's setting won
+//     a conflict could change between container restarts), every list comes back sorted, and
+//     conflicts are returned to the caller instead of logged.
+//
+// The Store is deliberately a plain data structure: it makes no RPC, writes no file and logs
+// nothing. The device manager holds it under its own mutex, converts Entry values to and from
+// its checkpoint format, and logs or reports the errors and conflicts the Store returns.
+package poddevices
