@@ -106,7 +106,9 @@ type Conflict struct {
 // resources in map order, resources are merged in name order, so "first" is the same on every call
 // and the result is deterministic. A later setting equal to the kept one is not a conflict; one
 // that differs in any field is (the kubelet compares host paths only, and ignores the read-only
-// flag and permissions). CDI device names cannot conflict, duplicates are dropped.
+// flag and permissions). CDI device names cannot conflict, duplicates are dropped. Conflicts are
+// listed in the order they are found: by resource, then environment variables, devices, mounts and
+// annotations, each by key or in the response's order.
 func (s *Store) RunContainerOptions(podUID, container string) (*RunContainerOptions, []Conflict) {
 	resources := s.pods[podUID].containerResources(container)
 	var names []string
@@ -162,9 +164,6 @@ func (m *merger) add(resource string, resp *pluginapi.ContainerAllocateResponse)
 		}
 	}
 	for _, d := range resp.GetDevices() {
-		if d == nil {
-			continue
-		}
 		next := setting{
 			resource: resource,
 			fields:   [2]string{d.GetHostPath(), d.GetPermissions()},
@@ -179,9 +178,6 @@ func (m *merger) add(resource string, resp *pluginapi.ContainerAllocateResponse)
 		}
 	}
 	for _, mnt := range resp.GetMounts() {
-		if mnt == nil {
-			continue
-		}
 		mode := ":rw"
 		if mnt.GetReadOnly() {
 			mode = ":ro"
@@ -206,7 +202,7 @@ func (m *merger) add(resource string, resp *pluginapi.ContainerAllocateResponse)
 		}
 	}
 	for _, c := range resp.GetCdiDevices() {
-		if c == nil || m.cdi[c.GetName()] {
+		if m.cdi[c.GetName()] {
 			continue
 		}
 		m.cdi[c.GetName()] = true
