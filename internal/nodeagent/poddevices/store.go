@@ -14,7 +14,8 @@ package poddevices
 //     an ID leaves the index exactly when that count reaches zero.
 //  I3 Reservations are invisible to the committed views: ContainerDevices, PodDevices, Pods,
 //     HasPod, GetContainerDevices, PodAndContainerForDevice, RunContainerOptions, the reuse helpers
-//     and Entries (hence the checkpoint and the PodResources API) see committed allocations only.
+//     and Entries see committed allocations only, so neither the checkpoint, nor the PodResources
+//     API, nor the mirror ever shows an allocation in flight.
 //  I4 Reservations survive garbage collection. Delete removes committed allocations only; an
 //     in-flight reservation is resolved only by Commit or Rollback of the same pod, container and
 //     resource.
