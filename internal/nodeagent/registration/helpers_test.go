@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
 )

@@ -436,15 +436,15 @@ func TestStop(t *testing.T) {
 
 func TestIsExtendedResourceName(t *testing.T) {
 	cases := map[string]bool{
-		"example.com/gopher":          true,
-		"nvidia.com/gpu":              true,
-		"example.com/a.b-c_d":         true,
-		"gopher":                      false,
-		"kubernetes.io/gopher":        false,
-		"sub.kubernetes.io/gopher":    false,
-		"requests.example.com/gopher": false,
-		"example.com/":                false,
-		"/gopher":                     false,
+		"example.com/gopher":                     true,
+		"nvidia.com/gpu":                         true,
+		"example.com/a.b-c_d":                    true,
+		"gopher":                                 false,
+		"kubernetes.io/gopher":                   false,
+		"sub.kubernetes.io/gopher":               false,
+		"requests.example.com/gopher":            false,
+		"example.com/":                           false,
+		"/gopher":                                false,
 		"example.com/" + strings.Repeat("a", 64): false,
 		"Example_com/gopher":                     false,
 	}
