@@ -1,0 +1,92 @@
+package v1alpha1
+
+// NodeDevice condition types.
+const (
+	// NodeDeviceRegistered is True while at least one device plugin for the resource is connected
+	// to the node agent. Reasons: ReasonPluginRegistered, ReasonPluginDisconnected,
+	// ReasonAwaitingPluginRegistration.
+	NodeDeviceRegistered = "Registered"
+
+	// NodeDeviceHealthy is True when every device of the shard is healthy. Reasons:
+	// ReasonAllDevicesHealthy, ReasonUnhealthyDevices, ReasonPluginDisconnected.
+	NodeDeviceHealthy = "Healthy"
+
+	// NodeDeviceAgentReady is written by the controller: True while the node agent renews its
+	// Lease. Reasons: ReasonAgentLeaseValid, ReasonAgentLeaseExpired, ReasonAgentLeaseMissing.
+	NodeDeviceAgentReady = "AgentReady"
+)
+
+// NodeDevice condition reasons.
+const (
+	// ReasonPluginRegistered: a device plugin for the resource is connected and streaming devices.
+	ReasonPluginRegistered = "PluginRegistered"
+	// ReasonPluginDisconnected: the last device plugin disconnected; the resource is kept with zero
+	// allocatable devices for the endpoint grace period, then removed.
+	ReasonPluginDisconnected = "PluginDisconnected"
+	// ReasonAwaitingPluginRegistration: the resource was restored from the checkpoint after an
+	// agent restart and its plugin has not registered again yet.
+	ReasonAwaitingPluginRegistration = "AwaitingPluginRegistration"
+	// ReasonAllDevicesHealthy: every device reports Healthy.
+	ReasonAllDevicesHealthy = "AllDevicesHealthy"
+	// ReasonUnhealthyDevices: at least one device is unhealthy; the message counts them.
+	ReasonUnhealthyDevices = "UnhealthyDevices"
+	// ReasonAgentLeaseValid: the node agent's Lease is being renewed.
+	ReasonAgentLeaseValid = "AgentLeaseValid"
+	// ReasonAgentLeaseExpired: the node agent's Lease expired; the node's kubedevice resources are
+	// published as zero until the agent returns.
+	ReasonAgentLeaseExpired = "AgentLeaseExpired"
+	// ReasonAgentLeaseMissing: the node agent has no Lease.
+	ReasonAgentLeaseMissing = "AgentLeaseMissing"
+)
+
+// Device health reasons, as carried by DeviceStatus.Reason.
+const (
+	// DeviceReasonHealthy: the plugin reports the device Healthy.
+	DeviceReasonHealthy = "Healthy"
+	// DeviceReasonPluginReportedUnhealthy: the plugin reports the device with a health other than
+	// Healthy.
+	DeviceReasonPluginReportedUnhealthy = "PluginReportedUnhealthy"
+	// DeviceReasonPluginDisconnected: the plugin's ListAndWatch stream ended; its devices are
+	// unhealthy until it registers again.
+	DeviceReasonPluginDisconnected = "PluginDisconnected"
+	// DeviceReasonAwaitingPluginRegistration: the device was restored from the checkpoint and its
+	// plugin has not registered again yet.
+	DeviceReasonAwaitingPluginRegistration = "AwaitingPluginRegistration"
+)
+
+// DeviceAllocation condition types.
+const (
+	// DeviceAllocationAllocated is True when every container of the pod holds the devices it
+	// requested. Reasons: ReasonAllocated, ReasonInsufficientDevices, ReasonPluginUnavailable,
+	// ReasonAllocateFailed, ReasonTopologyAffinityError.
+	DeviceAllocationAllocated = "Allocated"
+
+	// DeviceAllocationReleased is True once the pod has ended and its devices were freed.
+	// Reasons: ReasonPodTerminated, ReasonPodDeleted.
+	DeviceAllocationReleased = "Released"
+
+	// DeviceAllocationConflict is set by the controller when another live DeviceAllocation holds
+	// one of this allocation's devices. Reason: ReasonDeviceHeldTwice.
+	DeviceAllocationConflict = "Conflict"
+)
+
+// DeviceAllocation condition reasons.
+const (
+	// ReasonAllocated: the devices are allocated and checkpointed on the node.
+	ReasonAllocated = "Allocated"
+	// ReasonInsufficientDevices: fewer healthy, free devices exist than requested.
+	ReasonInsufficientDevices = "InsufficientDevices"
+	// ReasonPluginUnavailable: the resource's plugin is not registered (yet); the agent retries.
+	ReasonPluginUnavailable = "PluginUnavailable"
+	// ReasonAllocateFailed: the plugin's Allocate, GetPreferredAllocation or PreStartContainer
+	// call failed.
+	ReasonAllocateFailed = "AllocateFailed"
+	// ReasonTopologyAffinityError: the topology policy refused the pod (no NUMA-aligned devices).
+	ReasonTopologyAffinityError = "TopologyAffinityError"
+	// ReasonPodTerminated: the pod reached Succeeded or Failed.
+	ReasonPodTerminated = "PodTerminated"
+	// ReasonPodDeleted: the pod no longer exists.
+	ReasonPodDeleted = "PodDeleted"
+	// ReasonDeviceHeldTwice: two live DeviceAllocations name the same device.
+	ReasonDeviceHeldTwice = "DeviceHeldTwice"
+)

@@ -1,0 +1,25 @@
+// Package v1alpha1 contains the kubedevice.io/v1alpha1 API: NodeDevice, the devices of one device
+// plugin resource on one node, and DeviceAllocation, the devices a pod's containers hold.
+//
+// Both kinds are mirrors of the node agent's checkpoint: the checkpoint is the truth on the node,
+// these objects are how the cluster sees it.
+//
+// +kubebuilder:object:generate=true
+// +groupName=kubedevice.io
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of the objects in this package.
+	GroupVersion = schema.GroupVersion{Group: "kubedevice.io", Version: "v1alpha1"}
+
+	// SchemeBuilder adds the types of this package to a scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
