@@ -179,7 +179,8 @@ func (p *Plugin) RegistrationStatuses() []*registerapi.RegistrationStatus {
 	return out
 }
 
-// SendTimes returns when each ListAndWatch message was handed to gRPC.
+// SendTimes returns when each ListAndWatch message was about to be handed
+// to gRPC.
 func (p *Plugin) SendTimes() []time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -411,13 +412,10 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, srv grpc.ServerStreamingServer
 	}()
 
 	send := func(devs []*pluginapi.Device) error {
-		if err := srv.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
-			return err
-		}
 		p.mu.Lock()
 		p.sends = append(p.sends, time.Now())
 		p.mu.Unlock()
-		return nil
+		return srv.Send(&pluginapi.ListAndWatchResponse{Devices: devs})
 	}
 	if err := send(initial); err != nil {
 		return err

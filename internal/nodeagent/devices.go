@@ -1,0 +1,251 @@
+package nodeagent
+
+import (
+	"fmt"
+	"slices"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
+)
+
+// Health is a device's health as the manager sees it. Any health string a
+// plugin reports other than "Healthy" is Unhealthy, as in the kubelet.
+type Health string
+
+// The two health values, spelled as in the device plugin API.
+const (
+	Healthy   Health = pluginapi.Healthy
+	Unhealthy Health = pluginapi.Unhealthy
+)
+
+// Reasons for a device's health, shown with every device in snapshots. The
+// API layer mirrors them.
+const (
+	// ReasonReportedHealthy: the plugin reports the device Healthy.
+	ReasonReportedHealthy = "Healthy"
+	// ReasonReportedUnhealthy: the plugin reports the device with any other
+	// health.
+	ReasonReportedUnhealthy = "PluginReportedUnhealthy"
+	// ReasonPluginDisconnected: the resource's last plugin endpoint went
+	// away; the device is unusable until a plugin registers and reports it.
+	ReasonPluginDisconnected = "PluginDisconnected"
+	// ReasonAwaitingPlugin: the device was restored from the checkpoint and
+	// its plugin has not reported it yet.
+	ReasonAwaitingPlugin = "AwaitingPluginRegistration"
+)
+
+const (
+	msgReportedHealthy    = "The device plugin reports the device as Healthy."
+	msgReportedUnhealthy  = "The device plugin reports the device as %q."
+	msgPluginDisconnected = "No device plugin is connected for this resource; the device cannot be allocated until a plugin registers and reports it."
+	msgAwaitingPlugin     = "Restored from the checkpoint; waiting for the device plugin to register and report the device."
+)
+
+// Limits on one ListAndWatch message. A message beyond them is rejected as a
+// whole and the previous device set is kept.
+const (
+	// MaxDevicesPerResource is the most devices one message may list.
+	MaxDevicesPerResource = 100_000
+	// MaxDeviceIDLength is the longest device ID accepted, in bytes.
+	MaxDeviceIDLength = 253
+	// maxHealthInMessage bounds how much of an unknown health string is
+	// quoted in a device's message.
+	maxHealthInMessage = 63
+)
+
+// Values of the reason label of kubedevice_device_plugin_invalid_updates_total.
+const (
+	invalidTooManyDevices  = "TooManyDevices"
+	invalidEmptyID         = "EmptyDeviceID"
+	invalidIDTooLong       = "DeviceIDTooLong"
+	invalidIDCharacters    = "InvalidDeviceID"
+	invalidDuplicateID     = "DuplicateDeviceID"
+	invalidMessageTooLarge = "MessageTooLarge"
+)
+
+// validateDeviceList checks one ListAndWatch message. It returns the metric
+// reason and an error for the first problem found.
+func validateDeviceList(devs []*pluginapi.Device) (string, error) {
+	if len(devs) > MaxDevicesPerResource {
+		return invalidTooManyDevices, fmt.Errorf("listing %d devices, more than the limit of %d", len(devs), MaxDevicesPerResource)
+	}
+	seen := make(map[string]struct{}, len(devs))
+	for i, d := range devs {
+		id := d.GetID()
+		switch {
+		case id == "":
+			return invalidEmptyID, fmt.Errorf("device %d has an empty ID", i)
+		case len(id) > MaxDeviceIDLength:
+			return invalidIDTooLong, fmt.Errorf("device %d has an ID of %d bytes, more than the limit of %d", i, len(id), MaxDeviceIDLength)
+		case !validIDCharacters(id):
+			return invalidIDCharacters, fmt.Errorf("device %d has ID %q with control characters or invalid UTF-8", i, id)
+		}
+		if _, dup := seen[id]; dup {
+			return invalidDuplicateID, fmt.Errorf("device ID %q is listed more than once", id)
+		}
+		seen[id] = struct{}{}
+	}
+	return "", nil
+}
+
+func validIDCharacters(id string) bool {
+	if !utf8.ValidString(id) {
+		return false
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// device is the manager's record of one device.
+type device struct {
+	id             string
+	health         Health
+	reason         string
+	message        string
+	lastTransition time.Time
+	numaNodes      []int64 // sorted, without duplicates; nil without topology
+}
+
+func (d *device) equal(o *device) bool {
+	return d.id == o.id && d.health == o.health && d.reason == o.reason && d.message == o.message &&
+		d.lastTransition.Equal(o.lastTransition) && slices.Equal(d.numaNodes, o.numaNodes)
+}
+
+// proto returns the device as the device plugin API describes it.
+func (d *device) proto() *pluginapi.Device {
+	out := &pluginapi.Device{ID: d.id, Health: string(d.health)}
+	if len(d.numaNodes) > 0 {
+		out.Topology = &pluginapi.TopologyInfo{}
+		for _, n := range d.numaNodes {
+			out.Topology.Nodes = append(out.Topology.Nodes, &pluginapi.NUMANode{ID: n})
+		}
+	}
+	return out
+}
+
+// deviceFromProto converts a reported device. The transition time is set by
+// the caller.
+func deviceFromProto(d *pluginapi.Device) *device {
+	out := &device{id: d.GetID()}
+	if d.GetHealth() == pluginapi.Healthy {
+		out.health, out.reason, out.message = Healthy, ReasonReportedHealthy, msgReportedHealthy
+	} else {
+		health := d.GetHealth()
+		if len(health) > maxHealthInMessage {
+			health = health[:maxHealthInMessage]
+		}
+		out.health, out.reason, out.message = Unhealthy, ReasonReportedUnhealthy, fmt.Sprintf(msgReportedUnhealthy, health)
+	}
+	for _, n := range d.GetTopology().GetNodes() {
+		if n != nil {
+			out.numaNodes = append(out.numaNodes, n.GetID())
+		}
+	}
+	slices.Sort(out.numaNodes)
+	out.numaNodes = slices.Compact(out.numaNodes)
+	return out
+}
+
+// resourceState is everything the manager knows about one resource. The
+// invariants (the kubelet keeps four maps in step; #133702 is what happens
+// when they drift):
+//   - primary is never nil: it is the newest live endpoint, or, when no
+//     plugin is connected, the endpoint that stopped last (or the stopped
+//     endpoint restored from the checkpoint);
+//   - healthy and unhealthy partition the keys of devices;
+//   - awaiting is informational only (never counted, never allocatable) and
+//     empty once a plugin has reported devices.
+type resourceState struct {
+	name string
+
+	endpoints map[string]*endpoint // live endpoints by socket path
+	primary   *endpoint
+
+	state      PluginState
+	stateSince time.Time
+	graceTimer clock.Timer // removes the resource once the grace period ends
+
+	devices   map[string]*device // every device of the last accepted message
+	healthy   sets.Set[string]
+	unhealthy sets.Set[string]
+	awaiting  map[string]*device // restored from the checkpoint, not yet reported
+}
+
+func newResourceState(name string) *resourceState {
+	return &resourceState{
+		name:      name,
+		endpoints: make(map[string]*endpoint),
+		devices:   make(map[string]*device),
+		healthy:   sets.New[string](),
+		unhealthy: sets.New[string](),
+	}
+}
+
+// newestLiveEndpoint returns the live endpoint of the most recent
+// registration, or nil.
+func (r *resourceState) newestLiveEndpoint() *endpoint {
+	var newest *endpoint
+	for _, e := range r.endpoints {
+		if newest == nil || e.clientID > newest.clientID {
+			newest = e
+		}
+	}
+	return newest
+}
+
+func (r *resourceState) stopGraceTimer() {
+	if r.graceTimer != nil {
+		r.graceTimer.Stop()
+		r.graceTimer = nil
+	}
+}
+
+// applyDevices replaces the device set with a validated ListAndWatch message.
+// A device's transition time moves only when its health changes. It reports
+// whether anything visible changed.
+func (r *resourceState) applyDevices(devs []*pluginapi.Device, now time.Time) bool {
+	changed := len(r.awaiting) > 0 || len(devs) != len(r.devices)
+	next := make(map[string]*device, len(devs))
+	healthy, unhealthy := sets.New[string](), sets.New[string]()
+	for _, pd := range devs {
+		d := deviceFromProto(pd)
+		d.lastTransition = now
+		if old, ok := r.devices[d.id]; ok {
+			if old.health == d.health {
+				d.lastTransition = old.lastTransition
+			}
+			changed = changed || !old.equal(d)
+		} else {
+			changed = true
+		}
+		next[d.id] = d
+		if d.health == Healthy {
+			healthy.Insert(d.id)
+		} else {
+			unhealthy.Insert(d.id)
+		}
+	}
+	r.devices, r.healthy, r.unhealthy, r.awaiting = next, healthy, unhealthy, nil
+	return changed
+}
+
+// markUnhealthy makes every device unhealthy for reason, as the kubelet's
+// markResourceUnhealthy does to its sets, but also on the devices themselves.
+func (r *resourceState) markUnhealthy(now time.Time, reason, message string) {
+	for id, d := range r.devices {
+		if d.health != Unhealthy {
+			d.lastTransition = now
+		}
+		d.health, d.reason, d.message = Unhealthy, reason, message
+		r.unhealthy.Insert(id)
+	}
+	r.healthy = sets.New[string]()
+}

@@ -1,0 +1,179 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
+	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+)
+
+const (
+	testResource = "example.com/gopher"
+	waitTimeout  = 5 * time.Second
+)
+
+var testEpoch = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+// testManager is a manager in fresh directories, with a fake clock and a
+// fresh metrics registry.
+type testManager struct {
+	*Manager
+	dir         string
+	registryDir string
+	clock       *testingclock.FakeClock
+	registry    *prometheus.Registry
+	ctx         context.Context
+}
+
+// withPluginsRegistry enables the plugins_registry path in a directory of
+// the test's own.
+func withPluginsRegistry() func(*testManager, *Config) {
+	return func(tm *testManager, c *Config) {
+		tm.registryDir = filepath.Join(filepath.Dir(tm.dir), "reg")
+		c.PluginsRegistryDir = tm.registryDir
+	}
+}
+
+// newTestManager creates a manager; start says whether to start it.
+func newTestManager(t testing.TB, start bool, opts ...func(*testManager, *Config)) *testManager {
+	t.Helper()
+	tm := &testManager{
+		dir:      filepath.Join(dptest.ShortTempDir(t), "dp"),
+		clock:    testingclock.NewFakeClock(testEpoch),
+		registry: prometheus.NewRegistry(),
+	}
+	cfg := Config{PluginDir: tm.dir, Clock: tm.clock, Registerer: tm.registry}
+	for _, o := range opts {
+		o(tm, &cfg)
+	}
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	tm.Manager = m
+	// Before Cleanup(m.Stop), so the logger outlives Stop.
+	_, tm.ctx = ktesting.NewTestContext(t)
+	t.Cleanup(m.Stop)
+	if start {
+		if err := m.Start(tm.ctx); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+	}
+	return tm
+}
+
+// newPlugin returns a started stub plugin with socket name in dir.
+func newPlugin(t testing.TB, dir, name, resource string, devs ...*pluginapi.Device) *dptest.Plugin {
+	t.Helper()
+	p := dptest.New(filepath.Join(dir, name), resource, devs)
+	if err := p.Start(); err != nil {
+		t.Fatalf("starting stub plugin: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+func register(t testing.TB, p *dptest.Plugin, regSocket string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	return p.Register(ctx, regSocket)
+}
+
+func mustRegister(t testing.TB, p *dptest.Plugin, regSocket string) {
+	t.Helper()
+	if err := register(t, p, regSocket); err != nil {
+		t.Fatalf("Register %s: %v", p.SocketPath(), err)
+	}
+}
+
+// counts renders GetCapacity as resource → "capacity/allocatable" ("-" when
+// allocatable is absent).
+func counts(capacity, allocatable v1.ResourceList) map[string]string {
+	out := map[string]string{}
+	for name, c := range capacity {
+		a := "-"
+		if q, ok := allocatable[name]; ok {
+			a = q.String()
+		}
+		out[string(name)] = c.String() + "/" + a
+	}
+	return out
+}
+
+func (tm *testManager) counts() map[string]string {
+	c, a, _ := tm.GetCapacity()
+	return counts(c, a)
+}
+
+// waitCounts waits until GetCapacity reports want.
+func (tm *testManager) waitCounts(t testing.TB, want map[string]string) {
+	t.Helper()
+	dptest.Eventually(t, waitTimeout, func() error {
+		if diff := cmp.Diff(want, tm.counts()); diff != "" {
+			return fmt.Errorf("capacity/allocatable (-want +got):\n%s", diff)
+		}
+		return nil
+	})
+}
+
+// waitSnapshot waits until check accepts the resource's snapshot.
+func (tm *testManager) waitSnapshot(t testing.TB, name string, check func(ResourceSnapshot, bool) error) ResourceSnapshot {
+	t.Helper()
+	var snap ResourceSnapshot
+	dptest.Eventually(t, waitTimeout, func() error {
+		var ok bool
+		snap, ok = tm.Snapshot(name)
+		return check(snap, ok)
+	})
+	return snap
+}
+
+func endpointsAre(want ...string) func(ResourceSnapshot, bool) error {
+	return func(s ResourceSnapshot, ok bool) error {
+		if !ok {
+			return fmt.Errorf("resource absent")
+		}
+		if diff := cmp.Diff(want, s.Endpoints, cmpEmpty); diff != "" {
+			return fmt.Errorf("endpoints (-want +got):\n%s", diff)
+		}
+		return nil
+	}
+}
+
+var cmpEmpty = cmp.Comparer(func(a, b []string) bool {
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	return cmp.Equal([]string(a), []string(b))
+})
+
+// fakePlugin is a DevicePlugin without gRPC, to drive the handler directly.
+type fakePlugin struct {
+	id       registration.ClientID
+	resource string
+	socket   string
+	options  *pluginapi.DevicePluginOptions
+	api      pluginapi.DevicePluginClient
+}
+
+func (p *fakePlugin) ID() registration.ClientID               { return p.id }
+func (p *fakePlugin) Resource() string                        { return p.resource }
+func (p *fakePlugin) SocketPath() string                      { return p.socket }
+func (p *fakePlugin) Options() *pluginapi.DevicePluginOptions { return p.options }
+func (p *fakePlugin) API() pluginapi.DevicePluginClient       { return p.api }
+func (tm *testManager) handler() registration.Handler         { return pluginHandler{tm.Manager} }
+func devices(devs ...*pluginapi.Device) *pluginapi.ListAndWatchResponse {
+	return &pluginapi.ListAndWatchResponse{Devices: devs}
+}

@@ -1,0 +1,98 @@
+package nodeagent
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+)
+
+// latencyBound is generous on purpose: the target is 100 ms from the first
+// ListAndWatch message to GetCapacity, and the measurement is logged; the
+// bound only catches a real regression on a loaded 2-core machine.
+const latencyBound = time.Second
+
+// waitAllocatable waits, driven by the subscription, until GetCapacity
+// reports want allocatable devices for name, and returns when it saw them.
+func waitAllocatable(tb testing.TB, tm *testManager, sub *Subscription, name string, want int64) time.Time {
+	tb.Helper()
+	timeout := time.After(waitTimeout)
+	for {
+		_, allocatable, _ := tm.GetCapacity()
+		if q, ok := allocatable[v1.ResourceName(name)]; ok && q.Value() == want {
+			return time.Now()
+		}
+		select {
+		case <-sub.Ready():
+			sub.Changed()
+		case <-timeout:
+			tb.Fatalf("allocatable of %s never reached %d", name, want)
+		}
+	}
+}
+
+// A v1beta1 plugin that dials <plugin-dir>/kubelet.sock shows its devices in
+// GetCapacity right after its first ListAndWatch message.
+func TestRegisterToCapacityLatency(t *testing.T) {
+	tm := newTestManager(t, true)
+	sub := tm.Subscribe()
+	defer sub.Close()
+	p := newPlugin(t, tm.dir, "p.sock", testResource, dptest.Device("a", pluginapi.Healthy), dptest.Device("b", pluginapi.Healthy))
+
+	registerStart := time.Now()
+	mustRegister(t, p, tm.SocketPath())
+	visible := waitAllocatable(t, tm, sub, testResource, 2)
+	sent := p.SendTimes()[0]
+	latency := visible.Sub(sent)
+	t.Logf("first ListAndWatch message → GetCapacity: %v; Register call → GetCapacity: %v", latency, visible.Sub(registerStart))
+	if latency > latencyBound {
+		t.Errorf("devices visible %v after the first ListAndWatch message, want well under 100ms (bound %v)", latency, latencyBound)
+	}
+}
+
+// BenchmarkListAndWatchToCapacity measures one device update, from the
+// plugin sending it to GetCapacity showing it.
+func BenchmarkListAndWatchToCapacity(b *testing.B) {
+	tm := newTestManager(b, true)
+	sub := tm.Subscribe()
+	defer sub.Close()
+	devs := make([]*pluginapi.Device, 100)
+	for i := range devs {
+		devs[i] = dptest.Device(fmt.Sprintf("d%03d", i), pluginapi.Healthy)
+	}
+	p := newPlugin(b, tm.dir, "p.sock", testResource, devs...)
+	mustRegister(b, p, tm.SocketPath())
+	waitAllocatable(b, tm, sub, testResource, 100)
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		want := int64(100)
+		if i%2 == 0 {
+			devs[0].Health, want = pluginapi.Unhealthy, 99
+		} else {
+			devs[0].Health = pluginapi.Healthy
+		}
+		p.Update(devs)
+		waitAllocatable(b, tm, sub, testResource, want)
+	}
+}
+
+// BenchmarkRegisterToCapacity measures a whole registration: Register,
+// dial back, options, first ListAndWatch message, visible in GetCapacity.
+func BenchmarkRegisterToCapacity(b *testing.B) {
+	tm := newTestManager(b, true)
+	sub := tm.Subscribe()
+	defer sub.Close()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		name := fmt.Sprintf("example.com/r%d", i)
+		p := newPlugin(b, tm.dir, fmt.Sprintf("p%d.sock", i), name, dptest.Device("a", pluginapi.Healthy))
+		b.StartTimer()
+		mustRegister(b, p, tm.SocketPath())
+		waitAllocatable(b, tm, sub, name, 1)
+	}
+}

@@ -1,0 +1,464 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
+)
+
+// DefaultEndpointGracePeriod is how long a resource whose plugins are all
+// gone stays visible (with nothing allocatable) before it is removed; the
+// kubelet's endpointStopGracePeriod.
+const DefaultEndpointGracePeriod = 5 * time.Minute
+
+// errSupersededConnection refuses a connection older than the one already
+// registered on the same socket (two registrations raced).
+var errSupersededConnection = errors.New("a newer registration of this device plugin socket is connected")
+
+// Config configures a Manager. Start from DefaultConfig: New fills in the
+// zero values of PluginDir, EndpointGracePeriod and Clock, but an empty
+// PluginsRegistryDir means "disabled".
+type Config struct {
+	// PluginDir holds kubelet.sock and the plugins' sockets. Absolute;
+	// defaults to registration.DefaultPluginDir.
+	PluginDir string
+	// PluginsRegistryDir is the pluginwatcher directory, or empty to disable
+	// that registration path. DefaultConfig sets
+	// registration.DefaultPluginsRegistryDir.
+	PluginsRegistryDir string
+	// EndpointGracePeriod defaults to DefaultEndpointGracePeriod.
+	EndpointGracePeriod time.Duration
+	// Clock is used for every timestamp and timer of the device state;
+	// defaults to the real clock.
+	Clock clock.WithDelayedExecution
+	// Registerer, if set, receives the manager's metrics.
+	Registerer prometheus.Registerer
+	// DialTimeout bounds dialing a plugin; defaults to
+	// registration.DefaultDialTimeout.
+	DialTimeout time.Duration
+}
+
+// DefaultConfig returns the production configuration.
+func DefaultConfig() Config {
+	return Config{
+		PluginDir:           registration.DefaultPluginDir,
+		PluginsRegistryDir:  registration.DefaultPluginsRegistryDir,
+		EndpointGracePeriod: DefaultEndpointGracePeriod,
+		Clock:               clock.RealClock{},
+		Registerer:          prometheus.DefaultRegisterer,
+	}
+}
+
+// Manager is the device manager core: it accepts device plugins and keeps
+// the device state of their resources. See the package documentation.
+type Manager struct {
+	cfg     Config
+	clock   clock.WithDelayedExecution
+	grace   time.Duration
+	metrics *metrics
+	server  *registration.Server
+
+	// logger is set by Start; before that it is klog's background logger.
+	logger   klog.Logger
+	stopOnce sync.Once
+
+	// mu guards the device state.
+	mu        sync.Mutex
+	resources map[string]*resourceState
+	// removed holds resources removed since the last GetCapacity, which
+	// reports them once.
+	removed sets.Set[string]
+
+	subsMu sync.Mutex
+	subs   map[*Subscription]struct{}
+}
+
+// New returns a manager that is not started.
+func New(cfg Config) (*Manager, error) {
+	if cfg.PluginDir == "" {
+		cfg.PluginDir = registration.DefaultPluginDir
+	}
+	if cfg.EndpointGracePeriod <= 0 {
+		cfg.EndpointGracePeriod = DefaultEndpointGracePeriod
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	m := &Manager{
+		cfg:       cfg,
+		clock:     cfg.Clock,
+		grace:     cfg.EndpointGracePeriod,
+		metrics:   newMetrics(),
+		logger:    klog.Background(),
+		resources: make(map[string]*resourceState),
+		removed:   sets.New[string](),
+		subs:      make(map[*Subscription]struct{}),
+	}
+	if cfg.Registerer != nil {
+		if err := m.metrics.register(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("registering device manager metrics: %w", err)
+		}
+	}
+	server, err := registration.NewServer(registration.Config{
+		PluginDir:          filepath.Clean(cfg.PluginDir),
+		PluginsRegistryDir: cfg.PluginsRegistryDir,
+		Handler:            pluginHandler{m},
+		OnRegistration:     m.metrics.countRegistration,
+		DialTimeout:        cfg.DialTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating device plugin registration server: %w", err)
+	}
+	m.server = server
+	return m, nil
+}
+
+// Start serves the registration socket and the pluginwatcher. ctx supplies
+// the logger; the manager runs until Stop. Restore checkpointed resources
+// (RestoreRegisteredResources) before Start.
+func (m *Manager) Start(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("devicemanager")
+	m.mu.Lock()
+	m.logger = logger
+	m.mu.Unlock()
+	if err := m.server.Start(klog.NewContext(ctx, logger)); err != nil {
+		return fmt.Errorf("starting device plugin registration server: %w", err)
+	}
+	logger.Info("Started device manager", "socketPath", m.server.SocketPath(), "pluginsRegistryDir", m.cfg.PluginsRegistryDir)
+	return nil
+}
+
+// Stop disconnects every plugin and stops serving. It is idempotent and safe
+// without Start. Device state stays readable.
+func (m *Manager) Stop() {
+	m.stopOnce.Do(func() {
+		m.server.Stop()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, r := range m.resources {
+			r.stopGraceTimer()
+		}
+		m.logger.V(2).Info("Stopped device manager")
+	})
+}
+
+// SocketPath is the registration socket.
+func (m *Manager) SocketPath() string { return m.server.SocketPath() }
+
+// Check is the registration server's health check (kubelet "device-plugin"
+// healthz): nil while plugins can register.
+func (m *Manager) Check() error { return m.server.Check() }
+
+// RestoreRegisteredResources restores the resources of the checkpoint
+// (resource name → device IDs it had): each gets empty healthy and unhealthy
+// sets and a stopped endpoint, so its capacity and allocatable are 0 until a
+// plugin registers, and it is removed when the grace period ends, as the
+// kubelet's readCheckpoint. The device IDs are shown in snapshots as awaiting
+// their plugin (never counted, never allocatable). Resources already known
+// are left alone.
+func (m *Manager) RestoreRegisteredResources(registered map[string][]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	for name, ids := range registered {
+		if _, ok := m.resources[name]; ok {
+			continue
+		}
+		r := newResourceState(name)
+		r.primary = newStoppedEndpoint(name, now)
+		r.state, r.stateSince = PluginDisconnected, now
+		r.awaiting = make(map[string]*device, len(ids))
+		for _, id := range ids {
+			if id == "" || len(id) > MaxDeviceIDLength || !validIDCharacters(id) {
+				continue
+			}
+			r.awaiting[id] = &device{
+				id: id, health: Unhealthy, reason: ReasonAwaitingPlugin, message: msgAwaitingPlugin, lastTransition: now,
+			}
+		}
+		m.resources[name] = r
+		m.removed.Delete(name)
+		m.scheduleRemovalLocked(r)
+		m.metrics.setResource(r)
+		m.notifyLocked(name)
+		m.logger.V(2).Info("Restored device plugin resource from checkpoint", "resourceName", name, "devices", len(r.awaiting))
+	}
+}
+
+// GetCapacity returns, per resource, the number of devices (capacity) and of
+// healthy devices (allocatable), and the resources removed since the last
+// call, as the kubelet's GetCapacity:
+//
+//	plugin connected, H healthy + U unhealthy   H+U / H
+//	no plugin, within the grace period          H+U / 0 (all unhealthy)
+//	no plugin, grace period over                absent, listed in removed once
+//	restored from checkpoint, plugin not back   0 / 0
+//	connected, no ListAndWatch message yet      0 / 0
+//
+// Like the kubelet's it has a side effect: it removes the resources whose
+// grace period is over (a timer does too, so removal does not wait for a
+// caller). Unlike the kubelet's (#133702), removal drops the whole resource
+// state at once. removed is sorted; the node status must set an explicit 0
+// for those resources.
+func (m *Manager) GetCapacity() (capacity, allocatable v1.ResourceList, removed []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.removeExpiredLocked(m.clock.Now())
+	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
+	for name, r := range m.resources {
+		capacity[v1.ResourceName(name)] = *resource.NewQuantity(int64(r.healthy.Len()+r.unhealthy.Len()), resource.DecimalSI)
+		allocatable[v1.ResourceName(name)] = *resource.NewQuantity(int64(r.healthy.Len()), resource.DecimalSI)
+	}
+	if m.removed.Len() > 0 {
+		removed = sets.List(m.removed)
+		m.removed = sets.New[string]()
+	}
+	return capacity, allocatable, removed
+}
+
+// DeviceInstances are devices by ID.
+type DeviceInstances map[string]*pluginapi.Device
+
+// ResourceDeviceInstances are devices by resource name and ID.
+type ResourceDeviceInstances map[string]DeviceInstances
+
+// GetAllocatableDevices returns the healthy devices of every resource, with
+// their topology. The result is a copy.
+func (m *Manager) GetAllocatableDevices() ResourceDeviceInstances {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(ResourceDeviceInstances, len(m.resources))
+	for name, r := range m.resources {
+		devs := make(DeviceInstances, r.healthy.Len())
+		for id := range r.healthy {
+			devs[id] = r.devices[id].proto()
+		}
+		out[name] = devs
+	}
+	return out
+}
+
+// Snapshot returns a copy of one resource's state; false if the manager does
+// not know the resource (never registered, or removed).
+func (m *Manager) Snapshot(resourceName string) (ResourceSnapshot, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.resources[resourceName]
+	if !ok {
+		return ResourceSnapshot{}, false
+	}
+	return r.snapshot(), true
+}
+
+// Snapshots returns a copy of every resource's state, sorted by name.
+func (m *Manager) Snapshots() []ResourceSnapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]ResourceSnapshot, 0, len(m.resources))
+	for _, r := range m.resources {
+		out = append(out, r.snapshot())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ResourceName < out[j].ResourceName })
+	return out
+}
+
+// The state helpers below are for the code that allocates devices. The
+// caller holds m.mu.
+
+// resourceLocked returns the resource's state, or nil.
+func (m *Manager) resourceLocked(name string) *resourceState { return m.resources[name] }
+
+// isDevicePluginResourceLocked reports whether a plugin registered the
+// resource (or the checkpoint restored it) and it was not removed since.
+func (m *Manager) isDevicePluginResourceLocked(name string) bool {
+	_, ok := m.resources[name]
+	return ok
+}
+
+// healthyDevicesLocked returns the resource's healthy device IDs (nil if
+// unknown). The set is the manager's: do not modify it.
+func (m *Manager) healthyDevicesLocked(name string) sets.Set[string] {
+	if r := m.resources[name]; r != nil {
+		return r.healthy
+	}
+	return nil
+}
+
+// endpointLocked returns the endpoint that serves the resource's RPCs: the
+// newest connected one, else a stopped one (its RPCs fail with
+// "endpoint ... has been stopped").
+func (m *Manager) endpointLocked(name string) (*endpoint, bool) {
+	if r := m.resources[name]; r != nil {
+		return r.primary, true
+	}
+	return nil, false
+}
+
+// removeExpiredLocked removes the resources without a plugin whose grace
+// period is over.
+func (m *Manager) removeExpiredLocked(now time.Time) {
+	for name, r := range m.resources {
+		if !r.primary.stopGracePeriodExpired(now, m.grace) {
+			continue
+		}
+		r.stopGraceTimer()
+		delete(m.resources, name)
+		m.removed.Insert(name)
+		m.metrics.deleteResource(name)
+		m.notifyLocked(name)
+		m.logger.Info("Removed device plugin resource: no plugin registered within the grace period", "resourceName", name, "gracePeriod", m.grace)
+	}
+}
+
+// scheduleRemovalLocked arms the timer that removes r once its grace period
+// is over, so subscribers learn of the removal without anyone polling.
+func (m *Manager) scheduleRemovalLocked(r *resourceState) {
+	r.stopGraceTimer()
+	delay := r.primary.stoppedAt().Add(m.grace).Sub(m.clock.Now())
+	// The callback may run with the clock's lock held (fake clocks do), so it
+	// must not call back into the clock synchronously.
+	r.graceTimer = m.clock.AfterFunc(max(delay, 0), func() { go m.removeExpired() })
+}
+
+func (m *Manager) removeExpired() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.removeExpiredLocked(m.clock.Now())
+}
+
+// pluginHandler receives the registration server's callbacks; it keeps them
+// off the Manager's exported API.
+type pluginHandler struct{ m *Manager }
+
+var _ registration.Handler = pluginHandler{}
+
+func (h pluginHandler) PluginConnected(ctx context.Context, p registration.DevicePlugin) error {
+	return h.m.pluginConnected(ctx, p)
+}
+
+func (h pluginHandler) PluginListAndWatchReceiver(ctx context.Context, p registration.DevicePlugin, resp *pluginapi.ListAndWatchResponse) {
+	h.m.pluginListAndWatchReceiver(ctx, p, resp)
+}
+
+func (h pluginHandler) PluginDisconnected(ctx context.Context, p registration.DevicePlugin, cause error) {
+	h.m.pluginDisconnected(ctx, p, cause)
+}
+
+// pluginConnected adds an endpoint for a plugin that answered
+// GetDevicePluginOptions. The newest registration serves the resource's
+// RPCs. A registration on a socket path that already has an endpoint takes
+// it over (see registration.Server's adopt); the device set is kept until
+// the new plugin's first ListAndWatch message replaces it.
+func (m *Manager) pluginConnected(ctx context.Context, p registration.DevicePlugin) error {
+	logger := klog.FromContext(ctx)
+	name, socket := p.Resource(), p.SocketPath()
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	r := m.resources[name]
+	if r == nil {
+		r = newResourceState(name)
+		m.resources[name] = r
+		m.removed.Delete(name)
+	}
+	if old := r.endpoints[socket]; old != nil {
+		if old.clientID > p.ID() {
+			return fmt.Errorf("connecting device plugin at %s: %w", socket, errSupersededConnection)
+		}
+		old.setStopTime(now)
+		logger.Info("Device plugin registered again on the same socket; the new connection takes over", "olderClientID", old.clientID)
+	}
+	r.endpoints[socket] = newEndpoint(p)
+	r.primary = r.newestLiveEndpoint()
+	if r.state != PluginRegistered {
+		r.state, r.stateSince = PluginRegistered, now
+		r.stopGraceTimer()
+	}
+	m.metrics.setResource(r)
+	m.notifyLocked(name)
+	logger.V(2).Info("Device plugin connected", "endpoints", len(r.endpoints))
+	return nil
+}
+
+// pluginListAndWatchReceiver replaces the resource's device set with a
+// message from one of its connected endpoints. An invalid message is rejected
+// whole; a message from a connection that is no longer registered is
+// ignored.
+func (m *Manager) pluginListAndWatchReceiver(ctx context.Context, p registration.DevicePlugin, resp *pluginapi.ListAndWatchResponse) {
+	logger := klog.FromContext(ctx)
+	name, devs := p.Resource(), resp.GetDevices()
+	if reason, err := validateDeviceList(devs); err != nil {
+		m.metrics.invalidUpdates.WithLabelValues(name, reason).Inc()
+		logger.Error(err, "Rejected ListAndWatch message from device plugin; keeping the previous devices", "reason", reason)
+		return
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.resources[name]
+	if r == nil || r.endpoints[p.SocketPath()] == nil || r.endpoints[p.SocketPath()].clientID != p.ID() {
+		logger.V(2).Info("Ignoring ListAndWatch message from a connection that is no longer registered")
+		return
+	}
+	if r.applyDevices(devs, m.clock.Now()) {
+		m.metrics.setResource(r)
+		m.notifyLocked(name)
+	}
+	logger.V(2).Info("Processed device updates for resource", "totalCount", len(devs), "healthyCount", r.healthy.Len())
+}
+
+// pluginDisconnected removes the endpoint of a connection whose stream ended.
+// When it was the resource's last endpoint, every device becomes unhealthy
+// and the grace period starts; otherwise the newest remaining endpoint serves
+// RPCs and the devices are untouched. The disconnect of a connection that was
+// already replaced (a late stream end) changes nothing.
+func (m *Manager) pluginDisconnected(ctx context.Context, p registration.DevicePlugin, cause error) {
+	logger := klog.FromContext(ctx)
+	name, socket := p.Resource(), p.SocketPath()
+	if status.Code(cause) == codes.ResourceExhausted {
+		m.metrics.invalidUpdates.WithLabelValues(name, invalidMessageTooLarge).Inc()
+		logger.Error(cause, "ListAndWatch message from device plugin was too large", "limit", registration.MaxListAndWatchMessageSize)
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.resources[name]
+	if r == nil || r.endpoints[socket] == nil || r.endpoints[socket].clientID != p.ID() {
+		logger.V(2).Info("Ignoring disconnect of a connection that is no longer registered")
+		return
+	}
+	now := m.clock.Now()
+	e := r.endpoints[socket]
+	e.setStopTime(now)
+	delete(r.endpoints, socket)
+
+	if len(r.endpoints) > 0 {
+		r.primary = r.newestLiveEndpoint()
+		logger.V(2).Info("Device plugin disconnected; other endpoints remain", "endpoints", len(r.endpoints))
+	} else {
+		r.primary = e
+		r.markUnhealthy(now, ReasonPluginDisconnected, msgPluginDisconnected)
+		r.state, r.stateSince = PluginDisconnected, now
+		m.scheduleRemovalLocked(r)
+		logger.Info("Last device plugin for this resource disconnected", "gracePeriod", m.grace)
+	}
+	m.metrics.setResource(r)
+	m.notifyLocked(name)
+}

@@ -1,0 +1,102 @@
+package nodeagent
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// PluginState says whether a resource has a connected plugin.
+type PluginState string
+
+const (
+	// PluginRegistered: at least one plugin endpoint is connected.
+	PluginRegistered PluginState = "Registered"
+	// PluginDisconnected: no plugin endpoint is connected; the resource is
+	// kept, with nothing allocatable, for the grace period. Resources restored
+	// from the checkpoint start in this state.
+	PluginDisconnected PluginState = "Disconnected"
+)
+
+// ResourceSnapshot is a read-only copy of one resource's state, for the
+// mirror that turns it into NodeDevice status.
+type ResourceSnapshot struct {
+	ResourceName string
+	// Endpoints are the socket paths of the connected plugin endpoints,
+	// newest registration first: the first one serves RPCs. Empty when
+	// disconnected.
+	Endpoints []string
+	// State and StateSince: when the resource last became Registered or
+	// Disconnected.
+	State      PluginState
+	StateSince time.Time
+	// Options of the endpoint that serves RPCs (zero for a resource restored
+	// from the checkpoint).
+	Options PluginOptions
+	// Capacity and Allocatable are what GetCapacity reports: all reported
+	// devices, and the healthy ones. Devices awaiting their plugin are not
+	// counted.
+	Capacity    int
+	Allocatable int
+	// Devices are sorted by ID.
+	Devices []DeviceSnapshot
+}
+
+// PluginOptions are the options a plugin returned from GetDevicePluginOptions.
+type PluginOptions struct {
+	PreStartRequired                bool
+	GetPreferredAllocationAvailable bool
+}
+
+// DeviceSnapshot is one device's state.
+type DeviceSnapshot struct {
+	ID     string
+	Health Health
+	// Reason is one of the Reason* constants; Message explains it.
+	Reason  string
+	Message string
+	// LastTransitionTime is when Health last changed.
+	LastTransitionTime time.Time
+	// NUMANodes the device is attached to, sorted; nil without topology.
+	NUMANodes []int64
+}
+
+// snapshot copies r. The caller holds the manager's lock.
+func (r *resourceState) snapshot() ResourceSnapshot {
+	s := ResourceSnapshot{
+		ResourceName: r.name,
+		State:        r.state,
+		StateSince:   r.stateSince,
+		Capacity:     r.healthy.Len() + r.unhealthy.Len(),
+		Allocatable:  r.healthy.Len(),
+		Options: PluginOptions{
+			PreStartRequired:                r.primary.opts().GetPreStartRequired(),
+			GetPreferredAllocationAvailable: r.primary.opts().GetGetPreferredAllocationAvailable(),
+		},
+	}
+	live := make([]*endpoint, 0, len(r.endpoints))
+	for _, e := range r.endpoints {
+		live = append(live, e)
+	}
+	slices.SortFunc(live, func(a, b *endpoint) int { return cmp.Compare(b.clientID, a.clientID) })
+	for _, e := range live {
+		s.Endpoints = append(s.Endpoints, e.socketPath())
+	}
+
+	s.Devices = make([]DeviceSnapshot, 0, len(r.devices)+len(r.awaiting))
+	for _, devs := range []map[string]*device{r.devices, r.awaiting} {
+		for _, d := range devs {
+			s.Devices = append(s.Devices, DeviceSnapshot{
+				ID:                 d.id,
+				Health:             d.health,
+				Reason:             d.reason,
+				Message:            d.message,
+				LastTransitionTime: d.lastTransition,
+				NUMANodes:          slices.Clone(d.numaNodes),
+			})
+		}
+	}
+	slices.SortFunc(s.Devices, func(a, b DeviceSnapshot) int { return strings.Compare(a.ID, b.ID) })
+	return s
+}

@@ -1,0 +1,96 @@
+package nodeagent
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// Subscription tells one consumer which resources changed, so it can read
+// their snapshots without polling. The manager never blocks on it and never
+// loses a change: changes accumulate as a set of resource names until the
+// consumer takes them, and Ready holds at most one pending signal.
+//
+//	sub := m.Subscribe()
+//	defer sub.Close()
+//	for {
+//		select {
+//		case <-ctx.Done():
+//			return
+//		case <-sub.Ready():
+//			for _, name := range sub.Changed() {
+//				snap, ok := m.Snapshot(name) // !ok: the resource was removed
+//				...
+//			}
+//		}
+//	}
+type Subscription struct {
+	m     *Manager
+	ready chan struct{}
+
+	mu      sync.Mutex
+	pending sets.Set[string]
+}
+
+// Subscribe returns a new subscription. Its first Changed lists every
+// resource known at the time, so the consumer starts from a full view.
+func (m *Manager) Subscribe() *Subscription {
+	s := &Subscription{m: m, ready: make(chan struct{}, 1), pending: sets.New[string]()}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.subsMu.Lock()
+	m.subs[s] = struct{}{}
+	m.subsMu.Unlock()
+	for name := range m.resources {
+		s.add(name)
+	}
+	return s
+}
+
+// Ready receives a value when changes are pending. After a receive, call
+// Changed.
+func (s *Subscription) Ready() <-chan struct{} { return s.ready }
+
+// Changed returns the names of the resources that changed since the last
+// call, sorted, and clears them. A name may be listed although the change was
+// undone in the meantime; read the snapshot to know the current state.
+func (s *Subscription) Changed() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending.Len() == 0 {
+		return nil
+	}
+	out := sets.List(s.pending)
+	s.pending = sets.New[string]()
+	return out
+}
+
+// Close stops the subscription. It is idempotent.
+func (s *Subscription) Close() {
+	s.m.subsMu.Lock()
+	defer s.m.subsMu.Unlock()
+	delete(s.m.subs, s)
+}
+
+func (s *Subscription) add(names ...string) {
+	if len(names) == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.pending.Insert(names...)
+	s.mu.Unlock()
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+// notifyLocked tells every subscriber that the named resources changed. The
+// caller holds m.mu, so notifications are ordered with the changes.
+func (m *Manager) notifyLocked(names ...string) {
+	m.subsMu.Lock()
+	defer m.subsMu.Unlock()
+	for s := range m.subs {
+		s.add(names...)
+	}
+}
