@@ -1,0 +1,21 @@
+# syntax=docker/dockerfile:1
+# Multi-stage build of every kubedevice binary as a static executable in a minimal, non-root image.
+# The same image runs the agent, the controller and the Gopher sample plugin; the Deployment or
+# DaemonSet picks the binary with `command`. The node agent must run as root on the node (it owns a
+# root-only socket directory, like the kubelet's), which its DaemonSet sets explicitly.
+ARG GO_VERSION=1.26
+
+FROM golang:${GO_VERSION} AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY api/ api/
+COPY cmd/ cmd/
+COPY internal/ internal/
+COPY pkg/ pkg/
+RUN mkdir -p /out && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/...
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/ /usr/local/bin/
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/kubedevice-controller"]
