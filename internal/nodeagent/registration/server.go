@@ -58,12 +58,14 @@ type Server struct {
 	clients map[ClientID]*client
 	health  error // nil when serving; see Check
 
-	stopOnce sync.Once
-	ctx      context.Context // cancelled by Stop
-	cancel   context.CancelFunc
-	grpc     *grpc.Server
-	fsw      *fsnotify.Watcher
-	watcher  *watcher
+	// lifecycle serializes Start and Stop.
+	lifecycle sync.Mutex
+	stopOnce  sync.Once
+	ctx       context.Context // cancelled by Stop
+	cancel    context.CancelFunc
+	grpc      *grpc.Server
+	fsw       *fsnotify.Watcher
+	watcher   *watcher
 
 	// Owned by the socket supervisor goroutine once Start returns.
 	ln     *net.UnixListener
@@ -133,6 +135,8 @@ func (s *Server) setHealth(err error) {
 // the registration socket, keeps it alive, and starts the pluginwatcher.
 // ctx supplies the logger; the server runs until Stop.
 func (s *Server) Start(ctx context.Context) error {
+	s.lifecycle.Lock()
+	defer s.lifecycle.Unlock()
 	s.mu.Lock()
 	if s.started || s.stopped {
 		s.mu.Unlock()
@@ -146,7 +150,7 @@ func (s *Server) Start(ctx context.Context) error {
 	logger.V(2).Info("Starting device plugin registration server", "version", pluginapi.Version, "socketPath", s.socketPath)
 
 	if err := s.start(); err != nil {
-		s.Stop()
+		s.stop()
 		return err
 	}
 	return nil
@@ -193,6 +197,12 @@ func (s *Server) start() error {
 // without Start. Every connected plugin gets its PluginDisconnected before
 // Stop returns.
 func (s *Server) Stop() {
+	s.lifecycle.Lock()
+	defer s.lifecycle.Unlock()
+	s.stop()
+}
+
+func (s *Server) stop() {
 	s.stopOnce.Do(func() {
 		s.mu.Lock()
 		s.stopped = true

@@ -385,6 +385,26 @@ func TestSocketRecreatedWhenRemoved(t *testing.T) {
 				t.Errorf("Check() = %v, want nil", err)
 			}
 			assertServes(t, ts)
+
+			// And again: the watch survived the first recovery.
+			again, err := os.Lstat(ts.SocketPath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(ts.SocketPath()); err != nil {
+				t.Fatal(err)
+			}
+			dptest.Eventually(t, time.Second, func() error {
+				fi, err := os.Lstat(ts.SocketPath())
+				if err != nil {
+					return err
+				}
+				if os.SameFile(again, fi) {
+					return errors.New("registration socket not re-created yet")
+				}
+				return nil
+			})
+			assertServes(t, ts)
 		})
 	}
 }
