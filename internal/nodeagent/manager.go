@@ -170,14 +170,18 @@ func (m *Manager) Check() error { return m.server.Check() }
 // sets and a stopped endpoint, so its capacity and allocatable are 0 until a
 // plugin registers, and it is removed when the grace period ends, as the
 // kubelet's readCheckpoint. The device IDs are shown in snapshots as awaiting
-// their plugin (never counted, never allocatable). Resources already known
-// are left alone.
+// their plugin (never counted, never allocatable). Resources already known,
+// and names that are not extended resource names, are left alone.
 func (m *Manager) RestoreRegisteredResources(registered map[string][]string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
 	for name, ids := range registered {
 		if _, ok := m.resources[name]; ok {
+			continue
+		}
+		if !registration.IsExtendedResourceName(name) {
+			m.logger.Error(nil, "Ignoring invalid resource name from the checkpoint", "resourceName", name)
 			continue
 		}
 		r := newResourceState(name)

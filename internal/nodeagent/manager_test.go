@@ -640,7 +640,7 @@ func TestRegistrationNotBlockedByHangingPlugin(t *testing.T) {
 
 func TestRestoreRegisteredResources(t *testing.T) {
 	tm := newTestManager(t, true)
-	tm.RestoreRegisteredResources(map[string][]string{testResource: {"d2", "d1"}, "example.com/gone": nil})
+	tm.RestoreRegisteredResources(map[string][]string{testResource: {"d2", "d1", ""}, "example.com/gone": nil, "not-extended": {"x"}})
 	if diff := cmp.Diff(map[string]string{testResource: "0/0", "example.com/gone": "0/0"}, tm.counts()); diff != "" {
 		t.Errorf("after restore (-want +got):\n%s", diff)
 	}
