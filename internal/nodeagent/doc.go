@@ -50,10 +50,10 @@
 //     GetDevicePluginOptions' answer (nil for a restored endpoint; the
 //     generated getters are nil-safe). Call its RPCs without holding the lock:
 //     allocate(ctx, ids), getPreferredAllocation(ctx, available, mustInclude,
-//     size) and preStartContainer(ctx, ids). On a stopped endpoint they fail
-//     with the kubelet's "endpoint %v has been stopped". When ctx has no
-//     deadline they apply one (Allocate 30 s, GetPreferredAllocation 10 s,
-//     PreStartContainer 30 s).
+//     size) and preStartContainer(ctx, ids) (error only). On a stopped
+//     endpoint they fail with the kubelet's "endpoint %v has been stopped".
+//     When ctx has no deadline they apply one (Allocate 30 s,
+//     GetPreferredAllocation 10 s, PreStartContainer 30 s).
 //   - newStoppedEndpoint(resource, stoppedAt) is the endpoint of a resource
 //     restored from the checkpoint. RestoreRegisteredResources(map of
 //     resource to device IDs, the checkpoint's RegisteredDevices) creates such

@@ -121,14 +121,16 @@ func (e *endpoint) getPreferredAllocation(ctx context.Context, available, mustIn
 	})
 }
 
-// preStartContainer calls PreStartContainer.
-func (e *endpoint) preStartContainer(ctx context.Context, devs []string) (*pluginapi.PreStartContainerResponse, error) {
+// preStartContainer calls PreStartContainer. Its response is empty by
+// definition, so only the error is returned.
+func (e *endpoint) preStartContainer(ctx context.Context, devs []string) error {
 	if e.isStopped() {
-		return nil, fmt.Errorf(errEndpointStopped, e)
+		return fmt.Errorf(errEndpointStopped, e)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, defaultPreStartContainerTimeout)
 	defer cancel()
-	return e.api.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: devs})
+	_, err := e.api.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: devs})
+	return err
 }
 
 // withDefaultTimeout bounds ctx by d unless it already has a deadline.

@@ -78,7 +78,7 @@ func TestEndpointRPCs(t *testing.T) {
 	if diff := cmp.Diff(prefResp, gotPref, protocmp.Transform()); diff != "" {
 		t.Errorf("preferred allocation response (-want +got):\n%s", diff)
 	}
-	if _, err := e.preStartContainer(ctx, []string{"a"}); err != nil {
+	if err := e.preStartContainer(ctx, []string{"a"}); err != nil {
 		t.Fatalf("preStartContainer: %v", err)
 	}
 
@@ -110,7 +110,7 @@ func TestStoppedEndpoint(t *testing.T) {
 	if _, err := e.getPreferredAllocation(ctx, []string{"a"}, nil, 1); err == nil || err.Error() != want {
 		t.Errorf("getPreferredAllocation: %v, want %q", err, want)
 	}
-	if _, err := e.preStartContainer(ctx, []string{"a"}); err == nil || err.Error() != want {
+	if err := e.preStartContainer(ctx, []string{"a"}); err == nil || err.Error() != want {
 		t.Errorf("preStartContainer: %v, want %q", err, want)
 	}
 	for _, tc := range []struct {

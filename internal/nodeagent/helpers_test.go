@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2/ktesting"
@@ -128,13 +129,13 @@ func (tm *testManager) waitCounts(t testing.TB, want map[string]string) {
 	})
 }
 
-// waitSnapshot waits until check accepts the resource's snapshot.
-func (tm *testManager) waitSnapshot(t testing.TB, name string, check func(ResourceSnapshot, bool) error) ResourceSnapshot {
+// waitSnapshot waits until check accepts the snapshot of testResource.
+func (tm *testManager) waitSnapshot(t testing.TB, check func(ResourceSnapshot, bool) error) ResourceSnapshot {
 	t.Helper()
 	var snap ResourceSnapshot
 	dptest.Eventually(t, waitTimeout, func() error {
 		var ok bool
-		snap, ok = tm.Snapshot(name)
+		snap, ok = tm.Snapshot(testResource)
 		return check(snap, ok)
 	})
 	return snap
@@ -152,12 +153,7 @@ func endpointsAre(want ...string) func(ResourceSnapshot, bool) error {
 	}
 }
 
-var cmpEmpty = cmp.Comparer(func(a, b []string) bool {
-	if len(a) == 0 && len(b) == 0 {
-		return true
-	}
-	return cmp.Equal([]string(a), []string(b))
-})
+var cmpEmpty = cmpopts.EquateEmpty()
 
 // fakePlugin is a DevicePlugin without gRPC, to drive the handler directly.
 type fakePlugin struct {
@@ -173,7 +169,11 @@ func (p *fakePlugin) Resource() string                        { return p.resourc
 func (p *fakePlugin) SocketPath() string                      { return p.socket }
 func (p *fakePlugin) Options() *pluginapi.DevicePluginOptions { return p.options }
 func (p *fakePlugin) API() pluginapi.DevicePluginClient       { return p.api }
-func (tm *testManager) handler() registration.Handler         { return pluginHandler{tm.Manager} }
+
+// handler is the manager's registration.Handler, to drive it directly.
+func (tm *testManager) handler() registration.Handler { return pluginHandler{tm.Manager} }
+
+// devices is a ListAndWatch message.
 func devices(devs ...*pluginapi.Device) *pluginapi.ListAndWatchResponse {
 	return &pluginapi.ListAndWatchResponse{Devices: devs}
 }

@@ -72,6 +72,9 @@ func TestStop(t *testing.T) {
 // one with different devices replaces them.
 func TestDevicePluginReRegistration(t *testing.T) {
 	devs := []*pluginapi.Device{dptest.Device("Dev1", pluginapi.Healthy), dptest.Device("Dev2", pluginapi.Healthy)}
+	// The same devices, with a topology only so the test can tell when p2's
+	// first message has been applied: messages of different plugins race.
+	sameDevs := []*pluginapi.Device{dptest.Device("Dev1", pluginapi.Healthy, 0), dptest.Device("Dev2", pluginapi.Healthy, 0)}
 	devsForRegistration := []*pluginapi.Device{dptest.Device("Dev3", pluginapi.Healthy)}
 	for _, probeMode := range []bool{false, true} {
 		for _, preStart := range []bool{false, true} {
@@ -104,8 +107,16 @@ func TestDevicePluginReRegistration(t *testing.T) {
 					p1 := start("p1.sock", devs)
 					tm.waitCounts(t, map[string]string{testResource: "2/2"})
 
-					p2 := start("p2.sock", devs)
-					snap := tm.waitSnapshot(t, testResource, endpointsAre(p2.SocketPath(), p1.SocketPath()))
+					p2 := start("p2.sock", sameDevs)
+					snap := tm.waitSnapshot(t, func(s ResourceSnapshot, ok bool) error {
+						if err := endpointsAre(p2.SocketPath(), p1.SocketPath())(s, ok); err != nil {
+							return err
+						}
+						if len(s.Devices) != 2 || len(s.Devices[0].NUMANodes) != 1 {
+							return fmt.Errorf("p2's devices not applied yet: %+v", s.Devices)
+						}
+						return nil
+					})
 					if diff := cmp.Diff(map[string]string{testResource: "2/2"}, tm.counts()); diff != "" {
 						t.Errorf("devices should not change (-want +got):\n%s", diff)
 					}
@@ -114,7 +125,7 @@ func TestDevicePluginReRegistration(t *testing.T) {
 					}
 
 					p3 := start("p3.sock", devsForRegistration)
-					tm.waitSnapshot(t, testResource, endpointsAre(p3.SocketPath(), p2.SocketPath(), p1.SocketPath()))
+					tm.waitSnapshot(t, endpointsAre(p3.SocketPath(), p2.SocketPath(), p1.SocketPath()))
 					// Devices of the plugin previously registered are replaced.
 					tm.waitCounts(t, map[string]string{testResource: "1/1"})
 
@@ -132,7 +143,7 @@ func TestDevicePluginReRegistration(t *testing.T) {
 					}
 					p2.Stop()
 					p3.Stop()
-					tm.waitSnapshot(t, testResource, endpointsAre(p1.SocketPath()))
+					tm.waitSnapshot(t, endpointsAre(p1.SocketPath()))
 					// p1's devices are not re-sent: the set stays p3's.
 					if diff := cmp.Diff(map[string]string{testResource: "1/1"}, tm.counts()); diff != "" {
 						t.Errorf("capacity/allocatable (-want +got):\n%s", diff)
@@ -246,7 +257,7 @@ func TestUpdateCapacityAllocatable(t *testing.T) {
 	if _, err := e.allocate(ctx, []string{"Device1"}); err == nil || err.Error() != wantErr {
 		t.Errorf("allocate on a stopped endpoint: %v, want %q", err, wantErr)
 	}
-	if _, err := e.preStartContainer(ctx, []string{"Device1"}); err == nil || err.Error() != wantErr {
+	if err := e.preStartContainer(ctx, []string{"Device1"}); err == nil || err.Error() != wantErr {
 		t.Errorf("preStartContainer on a stopped endpoint: %v, want %q", err, wantErr)
 	}
 	if _, err := e.getPreferredAllocation(ctx, []string{"Device1"}, nil, 1); err == nil || err.Error() != wantErr {
@@ -307,7 +318,7 @@ func TestStreamEndThenGracePeriod(t *testing.T) {
 	tm.clock.Step(time.Minute)
 	disconnectedAt := tm.clock.Now()
 	p.EndStreams(errors.New("device plugin crashed"))
-	snap := tm.waitSnapshot(t, testResource, func(s ResourceSnapshot, ok bool) error {
+	snap := tm.waitSnapshot(t, func(s ResourceSnapshot, ok bool) error {
 		if s.State != PluginDisconnected {
 			return fmt.Errorf("state %q", s.State)
 		}
@@ -362,7 +373,7 @@ func TestListAndWatchFailsImmediately(t *testing.T) {
 	p := newPlugin(t, tm.dir, "p.sock", testResource, dptest.Device("a", pluginapi.Healthy))
 	p.FailListAndWatch(dptest.ErrInjected)
 	mustRegister(t, p, tm.SocketPath())
-	tm.waitSnapshot(t, testResource, func(s ResourceSnapshot, ok bool) error {
+	tm.waitSnapshot(t, func(s ResourceSnapshot, ok bool) error {
 		if !ok || s.State != PluginDisconnected {
 			return fmt.Errorf("present %t, state %q", ok, s.State)
 		}
@@ -445,7 +456,7 @@ func TestSocketDeletedPluginReRegisters(t *testing.T) {
 		}
 		return nil
 	})
-	tm.waitSnapshot(t, testResource, endpointsAre(p.SocketPath()))
+	tm.waitSnapshot(t, endpointsAre(p.SocketPath()))
 	stopSampling()
 	if got := minAllocatable(); got != 2 {
 		t.Errorf("allocatable dropped to %d during the re-registration", got)
@@ -453,9 +464,12 @@ func TestSocketDeletedPluginReRegisters(t *testing.T) {
 	// The new connection is live: its updates apply.
 	p.Update([]*pluginapi.Device{dptest.Device("a", pluginapi.Healthy)})
 	tm.waitCounts(t, map[string]string{testResource: "1/1"})
-	if n := p.OpenStreams(); n != 1 {
-		t.Errorf("%d open streams, want 1 (the old connection is closed)", n)
-	}
+	dptest.Eventually(t, waitTimeout, func() error {
+		if n := p.OpenStreams(); n != 1 {
+			return fmt.Errorf("%d open streams, want 1 (the old connection is closed)", n)
+		}
+		return nil
+	})
 }
 
 // sampleAllocatable polls GetCapacity until stopped and returns the lowest
@@ -504,7 +518,7 @@ func TestRollingUpdateNoDrop(t *testing.T) {
 	replacement := newPlugin(t, tm.dir, "new.sock", testResource, devs...)
 	replacement.SetOptions(true, false)
 	mustRegister(t, replacement, tm.SocketPath())
-	tm.waitSnapshot(t, testResource, endpointsAre(replacement.SocketPath(), old.SocketPath()))
+	tm.waitSnapshot(t, endpointsAre(replacement.SocketPath(), old.SocketPath()))
 	tm.mu.Lock()
 	primary, _ := tm.endpointLocked(testResource)
 	tm.mu.Unlock()
@@ -515,7 +529,7 @@ func TestRollingUpdateNoDrop(t *testing.T) {
 	// The old plugin goes away after the new one is serving.
 	old.EndStreams(errors.New("old plugin terminating"))
 	old.Stop()
-	snap := tm.waitSnapshot(t, testResource, endpointsAre(replacement.SocketPath()))
+	snap := tm.waitSnapshot(t, endpointsAre(replacement.SocketPath()))
 	stopSampling()
 	if got := minAllocatable(); got != 2 {
 		t.Errorf("allocatable dropped to %d during the rollout", got)
@@ -588,7 +602,7 @@ func TestSameSocketTakeover(t *testing.T) {
 		}
 		return nil
 	})
-	snap := tm.waitSnapshot(t, testResource, endpointsAre(p.SocketPath()))
+	snap := tm.waitSnapshot(t, endpointsAre(p.SocketPath()))
 	if snap.State != PluginRegistered {
 		t.Errorf("state %q after the takeover", snap.State)
 	}
@@ -635,7 +649,9 @@ func TestRegistrationNotBlockedByHangingPlugin(t *testing.T) {
 	default:
 	}
 	cancel()
-	<-errA
+	if err := <-errA; err == nil {
+		t.Error("the hanging registration succeeded")
+	}
 }
 
 func TestRestoreRegisteredResources(t *testing.T) {

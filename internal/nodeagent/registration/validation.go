@@ -14,7 +14,7 @@ import (
 // IsExtendedResourceName reports whether name is a valid extended resource
 // name, with the rule of the kubelet's v1helper.IsExtendedResourceName: it
 // has a domain prefix outside *kubernetes.io/, does not start with
-// "requests.", and "requests.<name>" is a qualified name.
+// "requests.", and "requests.<name>" is a qualified name (a label key).
 func IsExtendedResourceName(name string) bool {
 	if !strings.Contains(name, "/") || strings.Contains(name, v1.ResourceDefaultNamespacePrefix) {
 		return false
@@ -22,7 +22,7 @@ func IsExtendedResourceName(name string) bool {
 	if strings.HasPrefix(name, v1.DefaultResourceRequestsPrefix) {
 		return false
 	}
-	return len(content.IsQualifiedName(v1.DefaultResourceRequestsPrefix+name)) == 0
+	return len(content.IsLabelKey(v1.DefaultResourceRequestsPrefix+name)) == 0
 }
 
 // isVersionSupported reports whether any of versions is one we speak.

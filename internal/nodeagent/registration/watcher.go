@@ -243,27 +243,28 @@ func (w *watcher) register(ctx context.Context, path string, entry *registryEntr
 		w.server.disconnect(c.id)
 		return
 	}
-	if err := w.notify(ctx, reg, ""); err != nil {
+	if !w.notify(ctx, reg, "") {
 		// As the kubelet: a plugin that cannot hear it is registered is not.
 		w.forget(entry)
 	}
 }
 
 // notify sends the registration status: registered when errStr is empty,
-// refused with errStr otherwise. It logs and returns the outcome.
-func (w *watcher) notify(ctx context.Context, reg registerapi.RegistrationClient, errStr string) error {
+// refused with errStr otherwise. It logs the outcome and reports whether the
+// plugin received the status.
+func (w *watcher) notify(ctx context.Context, reg registerapi.RegistrationClient, errStr string) bool {
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithTimeout(ctx, notifyTimeout)
 	defer cancel()
 	status := &registerapi.RegistrationStatus{PluginRegistered: errStr == "", Error: errStr}
 	if _, err := reg.NotifyRegistrationStatus(ctx, status); err != nil {
 		logger.Error(err, "RegisterPlugin error -- failed to send registration status", "registrationError", errStr)
-		return err
+		return false
 	}
 	if errStr != "" {
 		logger.Error(nil, "Plugin registration refused", "registrationError", errStr)
-		return nil
+		return true
 	}
 	logger.Info("Registered device plugin")
-	return nil
+	return true
 }
