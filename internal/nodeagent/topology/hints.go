@@ -81,15 +81,6 @@ func (d DeviceNodes) NUMANodes(machineNodes []int) []int {
 	return hosting.And(known).Bits()
 }
 
-// masks returns each device's NUMA nodes as a BitMask.
-func (d DeviceNodes) masks() map[string]BitMask {
-	out := make(map[string]BitMask, len(d))
-	for id, nodes := range d {
-		out[id] = maskOf(nodes)
-	}
-	return out
-}
-
 // HintInput is what ResourceHints needs to know about one resource, for one
 // container (container scope) or for a whole pod (pod scope).
 type HintInput struct {
@@ -164,31 +155,35 @@ func GenerateDeviceHints(machineNodes []int, devices DeviceNodes, available, reu
 	}
 	minAffinitySize := len(numaNodes)
 
-	devMasks := devices.masks()
-	all := make([]BitMask, 0, len(devMasks))
-	for _, m := range devMasks {
-		all = append(all, m)
+	// Devices attached to the same nodes behave alike: count them per
+	// distinct mask, so each candidate mask costs O(distinct masks), not
+	// O(devices).
+	allMasks := make([]BitMask, 0, len(devices))
+	for _, nodes := range devices {
+		allMasks = append(allMasks, maskOf(nodes))
 	}
+	all := countByMask(allMasks)
+	availableMasks := make([]BitMask, 0, available.Len())
+	for id := range available {
+		availableMasks = append(availableMasks, maskOf(devices[id]))
+	}
+	availableCounts := countByMask(availableMasks)
 	// Reusable devices without topology neither constrain the mask nor count
 	// towards the request. One whose nodes all lie outside 0..63 has a zero
 	// mask and so, as in the kubelet, rejects every mask.
 	var reusableMasks []BitMask
 	for id := range reusable {
 		if len(devices[id]) > 0 {
-			reusableMasks = append(reusableMasks, devMasks[id])
+			reusableMasks = append(reusableMasks, maskOf(devices[id]))
 		}
-	}
-	availableMasks := make([]BitMask, 0, available.Len())
-	for id := range available {
-		availableMasks = append(availableMasks, devMasks[id])
 	}
 
 	hints := []TopologyHint{}
 	IterateBitMasks(numaNodes, func(mask BitMask) {
 		devicesInMask := 0
-		for _, m := range all {
-			if m&mask != 0 {
-				devicesInMask++
+		for _, c := range all {
+			if c.mask&mask != 0 {
+				devicesInMask += c.n
 			}
 		}
 		if devicesInMask >= request && mask.Count() < minAffinitySize {
@@ -202,9 +197,9 @@ func GenerateDeviceHints(machineNodes []int, devices DeviceNodes, available, reu
 			}
 			numMatching++
 		}
-		for _, m := range availableMasks {
-			if m&mask != 0 {
-				numMatching++
+		for _, c := range availableCounts {
+			if c.mask&mask != 0 {
+				numMatching += c.n
 			}
 		}
 		if numMatching < request {
@@ -217,6 +212,31 @@ func GenerateDeviceHints(machineNodes []int, devices DeviceNodes, available, reu
 		hints[i].Preferred = hints[i].NUMANodeAffinity.Count() == minAffinitySize
 	}
 	return hints
+}
+
+// maskCount is the number of devices attached to exactly the nodes of mask.
+type maskCount struct {
+	mask BitMask
+	n    int
+}
+
+// countByMask groups masks and counts them. Zero masks (no topology, or no
+// node a mask can hold) never intersect a candidate and are dropped.
+func countByMask(masks []BitMask) []maskCount {
+	index := map[BitMask]int{}
+	var out []maskCount
+	for _, m := range masks {
+		if m == 0 {
+			continue
+		}
+		if i, ok := index[m]; ok {
+			out[i].n++
+			continue
+		}
+		index[m] = len(out)
+		out = append(out, maskCount{mask: m, n: 1})
+	}
+	return out
 }
 
 // SortHints sorts hints with TopologyHint.LessThan (preferred first, then
