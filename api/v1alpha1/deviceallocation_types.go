@@ -216,7 +216,3 @@ type DeviceAllocationList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DeviceAllocation `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&DeviceAllocation{}, &DeviceAllocationList{})
-}

@@ -9,17 +9,26 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the group and version of the objects in this package.
 	GroupVersion = schema.GroupVersion{Group: "kubedevice.io", Version: "v1alpha1"}
 
-	// SchemeBuilder adds the types of this package to a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	schemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the types of this package to a scheme.
-	AddToScheme = SchemeBuilder.AddToScheme
+	AddToScheme = schemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&NodeDevice{}, &NodeDeviceList{},
+		&DeviceAllocation{}, &DeviceAllocationList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -279,7 +279,3 @@ type NodeDeviceList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeDevice `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&NodeDevice{}, &NodeDeviceList{})
-}
