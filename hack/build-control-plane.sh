@@ -26,6 +26,16 @@ fi
 
 log() { printf '[control-plane] %s\n' "$*" >&2; }
 
+# quiet runs a command, showing its output only when it fails.
+quiet() {
+  local out
+  if ! out=$("$@" 2>&1); then
+    printf '%s\n' "${out}" >&2
+    log "failed: $*"
+    return 1
+  fi
+}
+
 mkdir -p "${K8S_BIN_DIR}"
 stamp="${K8S_BIN_DIR}/.versions"
 touch "${stamp}"
@@ -75,7 +85,6 @@ module kubedevice.local/etcd-build
 
 go 1.26
 GOMOD
-  : >"${dir}/tools.go"
   cat >"${dir}/tools.go" <<'GO'
 //go:build tools
 
@@ -83,7 +92,7 @@ package tools
 
 import _ "go.etcd.io/etcd/server/v3"
 GO
-  (cd "${dir}" && go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >/dev/null 2>&1 && go mod tidy >/dev/null 2>&1 &&
+  (cd "${dir}" && quiet go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" && quiet go mod tidy &&
     go build -trimpath -ldflags "-s -w" -o "${K8S_BIN_DIR}/etcd" go.etcd.io/etcd/server/v3)
   record etcd
   log "etcd done"
@@ -127,8 +136,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
-  log "resolving dependencies (go mod tidy)"
-  (cd "${dir}" && go mod tidy >/dev/null)
+  log "resolving dependencies (go mod tidy; downloads the modules the first time)"
+  (cd "${dir}" && quiet go mod tidy)
   touch "${dir}/.ready-${KUBE_VERSION}"
 }
 
