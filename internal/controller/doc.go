@@ -1,17 +1,31 @@
-// Package controller holds the cluster reconcilers: node capacity from NodeDevices, NodeDevice
-// lifecycle with their Node and agent Lease, and the DeviceAllocation audit.
+// Package controller holds the cluster reconcilers:
+//
+//   - node-capacity (per Node): publishes each kubedevice resource in the Node's status.capacity
+//     and status.allocatable as the allocatable devices of its NodeDevices summed over shards, or
+//     zero while the node's agent Lease is expired; keeps a resource at "0" once its NodeDevices
+//     are gone (the kubedevice.io/node-capacity finalizer holds the last one until then); deletes
+//     the NodeDevices of deleted Nodes.
+//   - nodedevice (per NodeDevice): puts that finalizer on, and keeps the AgentReady condition, which
+//     the controller owns (server-side apply, field owner kubedevice-controller), in line with the
+//     agent's Lease.
+//   - deviceallocation (per DeviceAllocation): deletes allocations whose pod and agent are both
+//     gone, and marks live allocations holding the same device with a Conflict condition and a
+//     Warning event.
+//
+// Lease expiry is judged by an injected clock, and the reconcilers come back at the expiry
+// (RequeueAfter on that clock) instead of polling.
 //
 // The RBAC markers below are the controller's whole permission set; `make manifests` turns them
-// into config/rbac/controller.
+// into config/rbac/controller. Leader election needs a Role of its own in the controller's
+// namespace (config/rbac/leader_election_role.yaml).
 //
-// +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices/status,verbs=patch
 // +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch,namespace=kubedevice-system
 package controller

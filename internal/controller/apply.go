@@ -1,0 +1,62 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// applyConditions server-side applies conds as the whole set of status conditions the controller
+// owns on the object gvk/key, under FieldOwner. Conditions are a map keyed by type, so the agent's
+// conditions, applied under its own field owner, are left alone; a condition the controller owned
+// and conds no longer lists is removed. The object is never created: the status subresource
+// refuses to.
+func applyConditions(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, key client.ObjectKey, conds ...metav1.Condition) error {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	u.SetNamespace(key.Namespace)
+	u.SetName(key.Name)
+	if len(conds) > 0 {
+		list := make([]any, 0, len(conds))
+		for i := range conds {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conds[i])
+			if err != nil {
+				return fmt.Errorf("converting condition %s of %s %s: %w", conds[i].Type, gvk.Kind, key, err)
+			}
+			list = append(list, m)
+		}
+		if err := unstructured.SetNestedSlice(u.Object, list, "status", "conditions"); err != nil {
+			return fmt.Errorf("building the conditions of %s %s: %w", gvk.Kind, key, err)
+		}
+	}
+	err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+	if err != nil {
+		return fmt.Errorf("applying the conditions of %s %s: %w", gvk.Kind, key, err)
+	}
+	return nil
+}
+
+// conditionChanged reports whether want differs from got (nil when absent) in anything but the
+// transition time.
+func conditionChanged(got *metav1.Condition, want *metav1.Condition) bool {
+	if got == nil || want == nil {
+		return (got == nil) != (want == nil)
+	}
+	return got.Status != want.Status || got.Reason != want.Reason || got.Message != want.Message ||
+		got.ObservedGeneration != want.ObservedGeneration
+}
+
+// withTransitionTime returns c with the transition time of got when the status did not change,
+// now otherwise.
+func withTransitionTime(c metav1.Condition, got *metav1.Condition, now metav1.Time) metav1.Condition {
+	c.LastTransitionTime = now
+	if got != nil && got.Status == c.Status {
+		c.LastTransitionTime = got.LastTransitionTime
+	}
+	return c
+}

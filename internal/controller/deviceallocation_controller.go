@@ -1,0 +1,214 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/indexer"
+)
+
+var deviceAllocationGVK = kdv1alpha1.GroupVersion.WithKind("DeviceAllocation")
+
+// deviceAllocationReconciler audits DeviceAllocations: it deletes those whose pod and agent are
+// both gone, and marks with a Conflict condition (and a Warning event) live allocations that hold
+// the same device. Keyed by DeviceAllocation namespace/name.
+type deviceAllocationReconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	clock     clock.PassiveClock
+	recorder  recorder.EventRecorder
+	leases    leaseReader
+}
+
+func (r *deviceAllocationReconciler) setupWithManager(mgr ctrl.Manager, opts crcontroller.Options) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("deviceallocation").
+		For(&kdv1alpha1.DeviceAllocation{}).
+		// The allocations sharing a device with one that changed must look again: its conflict
+		// may have started or ended.
+		Watches(&kdv1alpha1.DeviceAllocation{}, handler.EnqueueRequestsFromMapFunc(r.peersOf)).
+		// Only whether the pod exists matters, so pods are cached as metadata, and only their
+		// creation and deletion are events.
+		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.allocationsOfPod),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.allocationsOfLease),
+			builder.WithPredicates(r.leases.predicate(r.clock))).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// Reconcile deletes an orphaned DeviceAllocation or sets its Conflict condition.
+func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	da := &kdv1alpha1.DeviceAllocation{}
+	if err := r.client.Get(ctx, req.NamespacedName, da); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !da.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	now := r.clock.Now()
+
+	var requeueAfter time.Duration
+	podExists, err := r.podExists(ctx, da)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !podExists {
+		agent, err := r.leases.agentState(ctx, da.Spec.NodeName, now)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !agent.ready {
+			// Nobody is left to release it: the pod is gone and so is the agent of its node.
+			err := r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
+			if client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("deleting orphaned DeviceAllocation %s: %w", req.NamespacedName, err)
+			}
+			log.Info("Deleted a DeviceAllocation whose pod and agent are gone", "pod", da.Spec.PodName, "agent", agent.reason)
+			return ctrl.Result{}, nil
+		}
+		// The agent releases it; if the agent goes first, come back then.
+		requeueAfter = agent.expiresIn
+	}
+
+	peers, err := r.livePeers(ctx, da)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	got := meta.FindStatusCondition(da.Status.Conditions, kdv1alpha1.DeviceAllocationConflict)
+	want := conflictCondition(da, findConflicts(da, peers), metav1.NewTime(now))
+	if conditionChanged(got, want) {
+		var conds []metav1.Condition
+		if want != nil {
+			conds = append(conds, *want)
+		}
+		if err := applyConditions(ctx, r.client, deviceAllocationGVK, req.NamespacedName, conds...); err != nil {
+			return ctrl.Result{}, err
+		}
+		log.Info("Set the Conflict condition", "conflict", want != nil)
+		if conflictStarted(got, want) {
+			r.recorder.Eventf(da, firstOther(da, peers), corev1.EventTypeWarning, kdv1alpha1.ReasonDeviceHeldTwice,
+				"DetectConflict", "%s", want.Message)
+		}
+	}
+	return ctrl.Result{RequeueAfter: requeueAfter}, nil
+}
+
+// podExists reports whether the allocation's pod (same name and UID) exists. A pod the cache does
+// not hold is looked up on the API server before it is taken for gone: the cache may not have
+// seen a new pod yet.
+func (r *deviceAllocationReconciler) podExists(ctx context.Context, da *kdv1alpha1.DeviceAllocation) (bool, error) {
+	key := client.ObjectKey{Namespace: da.Namespace, Name: da.Spec.PodName}
+	for _, reader := range []client.Reader{r.client, r.apiReader} {
+		pod := &metav1.PartialObjectMetadata{}
+		pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+		err := reader.Get(ctx, key, pod)
+		switch {
+		case err == nil && string(pod.UID) == da.Spec.PodUID:
+			return true, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return false, fmt.Errorf("getting pod %s of DeviceAllocation %s: %w", key, da.Name, err)
+		}
+	}
+	return false, nil
+}
+
+// livePeers returns the live allocations holding at least one of da's devices, da included.
+func (r *deviceAllocationReconciler) livePeers(ctx context.Context, da *kdv1alpha1.DeviceAllocation) ([]kdv1alpha1.DeviceAllocation, error) {
+	var peers []kdv1alpha1.DeviceAllocation
+	seen := map[types.UID]bool{}
+	for _, key := range indexer.LiveDeviceKeys(da) {
+		list := &kdv1alpha1.DeviceAllocationList{}
+		if err := r.client.List(ctx, list, client.MatchingFields{indexer.DeviceAllocationLiveDevice: key}); err != nil {
+			return nil, fmt.Errorf("listing the DeviceAllocations sharing a device with %s/%s: %w", da.Namespace, da.Name, err)
+		}
+		for i := range list.Items {
+			if !seen[list.Items[i].UID] {
+				seen[list.Items[i].UID] = true
+				peers = append(peers, list.Items[i])
+			}
+		}
+	}
+	return peers, nil
+}
+
+// firstOther returns the first allocation in peers other than da, as the event's related object,
+// or a nil interface.
+func firstOther(da *kdv1alpha1.DeviceAllocation, peers []kdv1alpha1.DeviceAllocation) runtime.Object {
+	for i := range peers {
+		if peers[i].UID != da.UID {
+			return &peers[i]
+		}
+	}
+	return nil
+}
+
+// peersOf maps an allocation to the other live allocations holding any of its devices, whether it
+// is itself live or not (it may just have been released or deleted).
+func (r *deviceAllocationReconciler) peersOf(ctx context.Context, o client.Object) []reconcile.Request {
+	da := o.(*kdv1alpha1.DeviceAllocation)
+	var reqs []reconcile.Request
+	seen := map[types.UID]bool{da.UID: true}
+	for _, key := range indexer.DeviceKeys(da) {
+		list := &kdv1alpha1.DeviceAllocationList{}
+		if err := r.client.List(ctx, list, client.MatchingFields{indexer.DeviceAllocationLiveDevice: key}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the DeviceAllocations sharing a device", "deviceAllocation", client.ObjectKeyFromObject(da))
+			return reqs
+		}
+		for i := range list.Items {
+			if !seen[list.Items[i].UID] {
+				seen[list.Items[i].UID] = true
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+			}
+		}
+	}
+	return reqs
+}
+
+// allocationsOfPod maps a pod to the allocations naming it.
+func (r *deviceAllocationReconciler) allocationsOfPod(ctx context.Context, pod client.Object) []reconcile.Request {
+	return r.list(ctx, client.InNamespace(pod.GetNamespace()), client.MatchingFields{indexer.DeviceAllocationPodName: pod.GetName()})
+}
+
+// allocationsOfLease maps an agent Lease to the allocations on its node.
+func (r *deviceAllocationReconciler) allocationsOfLease(ctx context.Context, lease client.Object) []reconcile.Request {
+	node, ok := r.leases.nodeOfLease(lease)
+	if !ok {
+		return nil
+	}
+	return r.list(ctx, client.MatchingFields{indexer.DeviceAllocationNodeName: node})
+}
+
+func (r *deviceAllocationReconciler) list(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	list := &kdv1alpha1.DeviceAllocationList{}
+	if err := r.client.List(ctx, list, opts...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing DeviceAllocations to reconcile")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}

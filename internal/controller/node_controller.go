@@ -1,0 +1,249 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/indexer"
+)
+
+// nodeReconciler publishes each node's kubedevice resources in the Node's status.capacity and
+// status.allocatable, from its NodeDevices and its agent's Lease, and deletes the NodeDevices of
+// Nodes that are gone. Keyed by Node name.
+type nodeReconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	clock     clock.PassiveClock
+	leases    leaseReader
+
+	// written remembers, per node, the status of our last patch until the cache has seen it, so a
+	// reconcile that runs before the watch event arrives does not patch the same values again.
+	writtenMu sync.Mutex
+	written   map[string]writtenNode
+}
+
+// writtenNode is a Node status we patched, and the resourceVersion the Node had before.
+type writtenNode struct {
+	before string
+	status corev1.NodeStatus
+}
+
+func (r *nodeReconciler) setupWithManager(mgr ctrl.Manager, opts crcontroller.Options) error {
+	r.written = map[string]writtenNode{}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("node-capacity").
+		For(&corev1.Node{}, builder.WithPredicates(nodeCapacityChanged())).
+		Watches(&kdv1alpha1.NodeDevice{},
+			handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*kdv1alpha1.NodeDevice).Spec.NodeName}}}
+			}),
+			builder.WithPredicates(nodeDeviceCountChanged())).
+		Watches(&coordinationv1.Lease{},
+			handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+				node, _ := r.leases.nodeOfLease(o)
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: node}}}
+			}),
+			builder.WithPredicates(r.leases.predicate(r.clock))).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// Reconcile publishes the node's kubedevice resources and lets terminating NodeDevices go once
+// their resource is zero on the node.
+func (r *nodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	node, err := r.getNode(ctx, req.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if node == nil {
+		r.forget(req.Name)
+		return ctrl.Result{}, r.deleteNodeDevices(ctx, req.Name)
+	}
+
+	nds := &kdv1alpha1.NodeDeviceList{}
+	if err := r.client.List(ctx, nds, client.MatchingFields{indexer.NodeDeviceNodeName: node.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the NodeDevices of node %q: %w", node.Name, err)
+	}
+	if len(nds.Items) == 0 {
+		return ctrl.Result{}, nil
+	}
+	agent, err := r.leases.agentState(ctx, node.Name, r.clock.Now())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	status, err := r.currentStatus(ctx, node, nds.Items)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	patch, err := capacityPatch(status, desiredCapacity(status, nds.Items, agent.ready))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if patch != nil {
+		before := node.ResourceVersion
+		if err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("patching the capacity of node %q: %w", node.Name, err)
+		}
+		nodeCapacityPatches.Inc()
+		r.remember(node.Name, before, node.Status)
+		status = node.Status
+		log.Info("Published node capacity", "patch", string(patch), "agentReady", agent.ready)
+	}
+
+	for _, nd := range releasable(status, nds.Items) {
+		if err := removeFinalizer(ctx, r.client, nd); err != nil {
+			return ctrl.Result{}, err
+		}
+		log.V(1).Info("Released a deleted NodeDevice", "nodeDevice", nd.Name, "resource", nd.Spec.ResourceName)
+	}
+
+	if agent.ready {
+		return ctrl.Result{RequeueAfter: agent.expiresIn}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// getNode returns the Node, or nil when it does not exist. A Node the cache does not hold is
+// looked up on the API server before it is taken for deleted: the cache may not have seen a new
+// Node yet, and deleting its NodeDevices cannot be undone.
+func (r *nodeReconciler) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	err := r.client.Get(ctx, client.ObjectKey{Name: name}, node)
+	if apierrors.IsNotFound(err) {
+		err = r.apiReader.Get(ctx, client.ObjectKey{Name: name}, node)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("getting node %q: %w", name, err)
+	}
+	return node, nil
+}
+
+// currentStatus returns the node status to diff against. When a terminating NodeDevice is the
+// last of its resource, its finalizer will go once the node shows the resource at zero, so the
+// status is read from the API server: the cache might not have seen our last patch yet. Otherwise
+// the cached status is used, or our last patch while the cache has not caught up with it.
+func (r *nodeReconciler) currentStatus(ctx context.Context, node *corev1.Node, nds []kdv1alpha1.NodeDevice) (corev1.NodeStatus, error) {
+	for i := range nds {
+		nd := &nds[i]
+		if nd.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(nd, NodeCapacityFinalizer) || !needsZeroing(nd, nds) {
+			continue
+		}
+		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+			return corev1.NodeStatus{}, fmt.Errorf("getting node %q: %w", node.Name, err)
+		}
+		r.forget(node.Name)
+		return node.Status, nil
+	}
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	if w, ok := r.written[node.Name]; ok {
+		if w.before == node.ResourceVersion {
+			return w.status, nil
+		}
+		delete(r.written, node.Name)
+	}
+	return node.Status, nil
+}
+
+func (r *nodeReconciler) remember(node, before string, status corev1.NodeStatus) {
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	r.written[node] = writtenNode{before: before, status: *status.DeepCopy()}
+}
+
+func (r *nodeReconciler) forget(node string) {
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	delete(r.written, node)
+}
+
+// deleteNodeDevices deletes the NodeDevices of a Node that no longer exists. There is no capacity
+// left to zero, so their finalizers go first. In a real cluster the Node owner reference the agent
+// sets lets the garbage collector do the same; this does not depend on it.
+func (r *nodeReconciler) deleteNodeDevices(ctx context.Context, nodeName string) error {
+	nds := &kdv1alpha1.NodeDeviceList{}
+	if err := r.client.List(ctx, nds, client.MatchingFields{indexer.NodeDeviceNodeName: nodeName}); err != nil {
+		return fmt.Errorf("listing the NodeDevices of deleted node %q: %w", nodeName, err)
+	}
+	log := ctrl.LoggerFrom(ctx)
+	for i := range nds.Items {
+		nd := &nds.Items[i]
+		if err := removeFinalizer(ctx, r.client, nd); err != nil {
+			return err
+		}
+		if !nd.DeletionTimestamp.IsZero() {
+			continue
+		}
+		err := r.client.Delete(ctx, nd, client.Preconditions{UID: &nd.UID})
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting NodeDevice %q of deleted node %q: %w", nd.Name, nodeName, err)
+		}
+		log.Info("Deleted the NodeDevice of a deleted Node", "nodeDevice", nd.Name)
+	}
+	return nil
+}
+
+// removeFinalizer removes the node-capacity finalizer from nd, if it holds it. The patch carries
+// nd's resourceVersion, so finalizers another writer changed meanwhile are never lost; a conflict
+// is returned and retried.
+func removeFinalizer(ctx context.Context, c client.Client, nd *kdv1alpha1.NodeDevice) error {
+	patch := client.MergeFromWithOptions(nd.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if !controllerutil.RemoveFinalizer(nd, NodeCapacityFinalizer) {
+		return nil
+	}
+	if err := c.Patch(ctx, nd, patch, client.FieldOwner(FieldOwner)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing the finalizer of NodeDevice %q: %w", nd.Name, err)
+	}
+	return nil
+}
+
+// nodeCapacityChanged passes Node events except updates that leave status.capacity and
+// status.allocatable as they were: the kubelet's heartbeats and condition updates are not ours.
+func nodeCapacityChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		oldNode, okOld := e.ObjectOld.(*corev1.Node)
+		newNode, okNew := e.ObjectNew.(*corev1.Node)
+		if !okOld || !okNew {
+			return true
+		}
+		return !equality.Semantic.DeepEqual(oldNode.Status.Capacity, newNode.Status.Capacity) ||
+			!equality.Semantic.DeepEqual(oldNode.Status.Allocatable, newNode.Status.Allocatable)
+	}}
+}
+
+// nodeDeviceCountChanged passes NodeDevice events that can change what the node publishes:
+// creation, deletion, the start of a deletion, and a changed allocatable count.
+func nodeDeviceCountChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		oldND, okOld := e.ObjectOld.(*kdv1alpha1.NodeDevice)
+		newND, okNew := e.ObjectNew.(*kdv1alpha1.NodeDevice)
+		if !okOld || !okNew {
+			return true
+		}
+		return oldND.Status.Allocatable != newND.Status.Allocatable ||
+			oldND.DeletionTimestamp.IsZero() != newND.DeletionTimestamp.IsZero()
+	}}
+}

@@ -1,0 +1,119 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+)
+
+// desiredCapacity returns the count to publish for every kubedevice resource of a node, from its
+// NodeDevices (all shards, terminating ones included): the allocatable devices summed over the
+// shards that are not terminating while the agent is ready, zero otherwise. A resource whose only
+// NodeDevices are terminating is included (at zero) only when the node still publishes it, so a
+// resource that never reached the node is not added just to be zeroed.
+func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agentReady bool) map[corev1.ResourceName]int64 {
+	desired := map[corev1.ResourceName]int64{}
+	terminating := map[corev1.ResourceName]bool{}
+	for i := range nds {
+		name := corev1.ResourceName(nds[i].Spec.ResourceName)
+		if !nds[i].DeletionTimestamp.IsZero() {
+			terminating[name] = true
+			continue
+		}
+		n := int64(0)
+		if agentReady {
+			n = int64(nds[i].Status.Allocatable)
+		}
+		desired[name] += n
+	}
+	for name := range terminating {
+		if _, live := desired[name]; live {
+			continue
+		}
+		if _, ok := status.Capacity[name]; ok {
+			desired[name] = 0
+		} else if _, ok := status.Allocatable[name]; ok {
+			desired[name] = 0
+		}
+	}
+	return desired
+}
+
+// capacityPatch returns the JSON merge patch of the nodes/status subresource that sets each
+// desired resource in status.capacity and status.allocatable, naming only the keys whose value
+// differs, or nil when the node already publishes every desired value. Other resources are never
+// named, so the kubelet's and other extenders' keys are left alone.
+func capacityPatch(status corev1.NodeStatus, desired map[corev1.ResourceName]int64) ([]byte, error) {
+	capacity := map[corev1.ResourceName]string{}
+	allocatable := map[corev1.ResourceName]string{}
+	for _, name := range slices.Sorted(maps.Keys(desired)) {
+		want := resource.NewQuantity(desired[name], resource.DecimalSI)
+		if got, ok := status.Capacity[name]; !ok || got.Cmp(*want) != 0 {
+			capacity[name] = want.String()
+		}
+		if got, ok := status.Allocatable[name]; !ok || got.Cmp(*want) != 0 {
+			allocatable[name] = want.String()
+		}
+	}
+	if len(capacity) == 0 && len(allocatable) == 0 {
+		return nil, nil
+	}
+	patchStatus := map[string]any{}
+	if len(capacity) > 0 {
+		patchStatus["capacity"] = capacity
+	}
+	if len(allocatable) > 0 {
+		patchStatus["allocatable"] = allocatable
+	}
+	patch, err := json.Marshal(map[string]any{"status": patchStatus})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the node capacity patch: %w", err)
+	}
+	return patch, nil
+}
+
+// needsZeroing reports whether a terminating NodeDevice is the last of its resource on the node, so
+// its finalizer may go only once the node publishes the resource as zero.
+func needsZeroing(nd *kdv1alpha1.NodeDevice, nds []kdv1alpha1.NodeDevice) bool {
+	for i := range nds {
+		if nds[i].Spec.ResourceName == nd.Spec.ResourceName && nds[i].DeletionTimestamp.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// releasable returns the terminating NodeDevices holding the node-capacity finalizer that may now
+// let go: another shard of their resource is still live on the node (it keeps the resource known
+// as ours), or the node publishes the resource as zero or not at all.
+func releasable(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice) []*kdv1alpha1.NodeDevice {
+	var out []*kdv1alpha1.NodeDevice
+	for i := range nds {
+		nd := &nds[i]
+		if nd.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(nd, NodeCapacityFinalizer) {
+			continue
+		}
+		if !needsZeroing(nd, nds) || publishesZero(status, corev1.ResourceName(nd.Spec.ResourceName)) {
+			out = append(out, nd)
+		}
+	}
+	return out
+}
+
+// publishesZero reports whether the node publishes name as zero or not at all, in both
+// status.capacity and status.allocatable.
+func publishesZero(status corev1.NodeStatus, name corev1.ResourceName) bool {
+	for _, list := range []corev1.ResourceList{status.Capacity, status.Allocatable} {
+		if q, ok := list[name]; ok && !q.IsZero() {
+			return false
+		}
+	}
+	return true
+}

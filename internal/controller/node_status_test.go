@@ -1,0 +1,191 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+)
+
+const gopher = "example.com/gopher"
+
+// nd returns a NodeDevice of node n1 with allocatable devices, terminating when deleting is set.
+func nd(name, resourceName string, allocatable int32, deleting bool, finalizers ...string) kdv1alpha1.NodeDevice {
+	o := kdv1alpha1.NodeDevice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: finalizers},
+		Spec:       kdv1alpha1.NodeDeviceSpec{NodeName: "n1", ResourceName: resourceName},
+		Status:     kdv1alpha1.NodeDeviceStatus{Allocatable: allocatable},
+	}
+	if deleting {
+		t := metav1.NewTime(testNow)
+		o.DeletionTimestamp = &t
+	}
+	return o
+}
+
+func nodeStatus(kv ...string) corev1.NodeStatus {
+	s := corev1.NodeStatus{Capacity: corev1.ResourceList{}, Allocatable: corev1.ResourceList{}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		s.Capacity[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+		s.Allocatable[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+	}
+	return s
+}
+
+func TestDesiredCapacity(t *testing.T) {
+	cases := map[string]struct {
+		status     corev1.NodeStatus
+		nds        []kdv1alpha1.NodeDevice
+		agentReady bool
+		want       map[corev1.ResourceName]int64
+	}{
+		"one NodeDevice": {
+			nds: []kdv1alpha1.NodeDevice{nd("a", gopher, 4, false)}, agentReady: true,
+			want: map[corev1.ResourceName]int64{gopher: 4},
+		},
+		"shards are summed, resources kept apart": {
+			nds: []kdv1alpha1.NodeDevice{
+				nd("a-0", gopher, 128, false), nd("a-1", gopher, 3, false), nd("b", "example.com/other", 1, false),
+			},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{gopher: 131, "example.com/other": 1},
+		},
+		"agent away: every resource at zero": {
+			nds:  []kdv1alpha1.NodeDevice{nd("a-0", gopher, 4, false), nd("b", "example.com/other", 1, false)},
+			want: map[corev1.ResourceName]int64{gopher: 0, "example.com/other": 0},
+		},
+		"a terminating shard no longer counts": {
+			nds:        []kdv1alpha1.NodeDevice{nd("a-0", gopher, 4, false), nd("a-1", gopher, 2, true)},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{gopher: 4},
+		},
+		"the last NodeDevice terminating: zero while the node publishes the resource": {
+			status: nodeStatus(gopher, "4"),
+			nds:    []kdv1alpha1.NodeDevice{nd("a", gopher, 4, true)}, agentReady: true,
+			want: map[corev1.ResourceName]int64{gopher: 0},
+		},
+		"the last NodeDevice terminating, resource never published: not added": {
+			status: nodeStatus("cpu", "4"),
+			nds:    []kdv1alpha1.NodeDevice{nd("a", gopher, 4, true)}, agentReady: true,
+			want: map[corev1.ResourceName]int64{},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := desiredCapacity(tc.status, tc.nds, tc.agentReady)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("desiredCapacity (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCapacityPatch(t *testing.T) {
+	cases := map[string]struct {
+		status  corev1.NodeStatus
+		desired map[corev1.ResourceName]int64
+		want    string
+	}{
+		"nothing desired": {status: nodeStatus("cpu", "4"), desired: map[corev1.ResourceName]int64{}},
+		"already published": {
+			status:  nodeStatus("cpu", "4", gopher, "4"),
+			desired: map[corev1.ResourceName]int64{gopher: 4},
+		},
+		"already published in another notation": {
+			status:  nodeStatus(gopher, "4000m"),
+			desired: map[corev1.ResourceName]int64{gopher: 4},
+		},
+		"new resource; cpu and other resources not named": {
+			status:  nodeStatus("cpu", "4", "example.org/other", "2"),
+			desired: map[corev1.ResourceName]int64{gopher: 4},
+			want:    `{"status":{"allocatable":{"example.com/gopher":"4"},"capacity":{"example.com/gopher":"4"}}}`,
+		},
+		"zero is published as 0": {
+			status:  nodeStatus(gopher, "4"),
+			desired: map[corev1.ResourceName]int64{gopher: 0},
+			want:    `{"status":{"allocatable":{"example.com/gopher":"0"},"capacity":{"example.com/gopher":"0"}}}`,
+		},
+		"only the map that differs": {
+			status: corev1.NodeStatus{
+				Capacity:    corev1.ResourceList{gopher: resource.MustParse("4")},
+				Allocatable: corev1.ResourceList{gopher: resource.MustParse("3")},
+			},
+			desired: map[corev1.ResourceName]int64{gopher: 4},
+			want:    `{"status":{"allocatable":{"example.com/gopher":"4"}}}`,
+		},
+		"only the resources that differ": {
+			status:  nodeStatus(gopher, "4", "example.com/other", "1"),
+			desired: map[corev1.ResourceName]int64{gopher: 4, "example.com/other": 2},
+			want:    `{"status":{"allocatable":{"example.com/other":"2"},"capacity":{"example.com/other":"2"}}}`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := capacityPatch(tc.status, tc.desired)
+			if err != nil {
+				t.Fatalf("capacityPatch: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
+				t.Errorf("capacityPatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestReleasable(t *testing.T) {
+	names := func(nds []*kdv1alpha1.NodeDevice) []string {
+		var out []string
+		for _, nd := range nds {
+			out = append(out, nd.Name)
+		}
+		return out
+	}
+	cases := map[string]struct {
+		status corev1.NodeStatus
+		nds    []kdv1alpha1.NodeDevice
+		want   []string
+	}{
+		"the last NodeDevice, node still publishes it": {
+			status: nodeStatus(gopher, "4"),
+			nds:    []kdv1alpha1.NodeDevice{nd("a", gopher, 4, true, NodeCapacityFinalizer)},
+		},
+		"the last NodeDevice, node publishes zero": {
+			status: nodeStatus(gopher, "0"),
+			nds:    []kdv1alpha1.NodeDevice{nd("a", gopher, 4, true, NodeCapacityFinalizer)},
+			want:   []string{"a"},
+		},
+		"the last NodeDevice, node never published it": {
+			status: nodeStatus("cpu", "4"),
+			nds:    []kdv1alpha1.NodeDevice{nd("a", gopher, 4, true, NodeCapacityFinalizer)},
+			want:   []string{"a"},
+		},
+		"another shard is live": {
+			status: nodeStatus(gopher, "6"),
+			nds: []kdv1alpha1.NodeDevice{
+				nd("a-0", gopher, 4, false, NodeCapacityFinalizer), nd("a-1", gopher, 2, true, NodeCapacityFinalizer),
+			},
+			want: []string{"a-1"},
+		},
+		"a shard of another resource does not count": {
+			status: nodeStatus(gopher, "4", "example.com/other", "1"),
+			nds: []kdv1alpha1.NodeDevice{
+				nd("a", gopher, 4, true, NodeCapacityFinalizer), nd("b", "example.com/other", 1, false, NodeCapacityFinalizer),
+			},
+		},
+		"not terminating, or without our finalizer": {
+			status: nodeStatus(gopher, "0"),
+			nds:    []kdv1alpha1.NodeDevice{nd("a", gopher, 4, false, NodeCapacityFinalizer), nd("b", gopher, 0, true, "other/finalizer")},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, names(releasable(tc.status, tc.nds))); diff != "" {
+				t.Errorf("releasable (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/indexer"
+)
+
+var nodeDeviceGVK = kdv1alpha1.GroupVersion.WithKind("NodeDevice")
+
+// nodeDeviceReconciler keeps the node-capacity finalizer on NodeDevices and their AgentReady
+// condition, applied under the controller's field owner, in line with the agent's Lease. Keyed by
+// NodeDevice name.
+type nodeDeviceReconciler struct {
+	client   client.Client
+	clock    clock.PassiveClock
+	recorder recorder.EventRecorder
+	leases   leaseReader
+}
+
+func (r *nodeDeviceReconciler) setupWithManager(mgr ctrl.Manager, opts crcontroller.Options) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodedevice").
+		For(&kdv1alpha1.NodeDevice{}).
+		Watches(&coordinationv1.Lease{},
+			handler.EnqueueRequestsFromMapFunc(r.nodeDevicesOfLease),
+			builder.WithPredicates(r.leases.predicate(r.clock))).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// Reconcile puts the finalizer on the NodeDevice and sets its AgentReady condition.
+func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	nd := &kdv1alpha1.NodeDevice{}
+	if err := r.client.Get(ctx, req.NamespacedName, nd); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !nd.DeletionTimestamp.IsZero() {
+		// The node-capacity controller lets it go once its resource is zero on the node.
+		return ctrl.Result{}, nil
+	}
+	if err := r.ensureFinalizer(ctx, nd); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	now := r.clock.Now()
+	agent, err := r.leases.agentState(ctx, nd.Spec.NodeName, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	got := meta.FindStatusCondition(nd.Status.Conditions, kdv1alpha1.NodeDeviceAgentReady)
+	want := agentReadyCondition(nd, agent, metav1.NewTime(now))
+	if conditionChanged(got, &want) {
+		if err := applyConditions(ctx, r.client, nodeDeviceGVK, client.ObjectKeyFromObject(nd), want); err != nil {
+			return ctrl.Result{}, err
+		}
+		ctrl.LoggerFrom(ctx).Info("Set AgentReady", "status", want.Status, "reason", want.Reason)
+		if agentLost(got, want) {
+			r.recorder.Eventf(nd, nil, corev1.EventTypeWarning, want.Reason, "MarkAgentNotReady", "%s", want.Message)
+		}
+	}
+
+	if agent.ready {
+		return ctrl.Result{RequeueAfter: agent.expiresIn}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// ensureFinalizer adds the node-capacity finalizer. The patch carries the resourceVersion, so a
+// finalizer another writer added meanwhile is never lost; a conflict is returned and retried.
+func (r *nodeDeviceReconciler) ensureFinalizer(ctx context.Context, nd *kdv1alpha1.NodeDevice) error {
+	patch := client.MergeFromWithOptions(nd.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if !controllerutil.AddFinalizer(nd, NodeCapacityFinalizer) {
+		return nil
+	}
+	if err := r.client.Patch(ctx, nd, patch, client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("adding the finalizer of NodeDevice %q: %w", nd.Name, err)
+	}
+	return nil
+}
+
+// nodeDevicesOfLease maps an agent Lease to the NodeDevices of its node.
+func (r *nodeDeviceReconciler) nodeDevicesOfLease(ctx context.Context, lease client.Object) []reconcile.Request {
+	node, ok := r.leases.nodeOfLease(lease)
+	if !ok {
+		return nil
+	}
+	nds := &kdv1alpha1.NodeDeviceList{}
+	if err := r.client.List(ctx, nds, client.MatchingFields{indexer.NodeDeviceNodeName: node}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the NodeDevices of an agent Lease's node", "node", node)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(nds.Items))
+	for i := range nds.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&nds.Items[i])})
+	}
+	return reqs
+}

@@ -1,0 +1,139 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+)
+
+// Names shared by the controllers.
+const (
+	// FieldOwner is the field manager of every write of the controller. The node agent writes
+	// under its own field owner, kubedevice-agent, so the two never take each other's fields.
+	FieldOwner = "kubedevice-controller"
+
+	// NodeCapacityFinalizer holds a NodeDevice until the controller has set its resource to zero
+	// on the node, so a resource whose NodeDevices are all gone is never left published (nor
+	// forgotten as ours), even when the controller was down when they went.
+	NodeCapacityFinalizer = "kubedevice.io/node-capacity"
+
+	// AgentLeasePrefix prefixes the node name in the name of the Lease a node agent renews in the
+	// agent namespace: kubedevice-agent-<node>.
+	AgentLeasePrefix = "kubedevice-agent-"
+
+	// DefaultAgentNamespace is where agent Leases live when neither the flag nor $POD_NAMESPACE
+	// says otherwise.
+	DefaultAgentNamespace = "kubedevice-system"
+
+	// DefaultAgentLeaseDuration is how long after its last renewal an agent's Lease counts as
+	// valid: four of the agent's 10 s renewals.
+	DefaultAgentLeaseDuration = 40 * time.Second
+
+	// reconcileTimeout bounds each reconcile, and with it every API call the reconcile makes.
+	reconcileTimeout = 30 * time.Second
+)
+
+// Options configure the controllers.
+type Options struct {
+	// AgentNamespace is the namespace of the agents' Leases.
+	AgentNamespace string
+
+	// AgentLeaseDuration is how long an agent's Lease stays valid after its renewTime.
+	AgentLeaseDuration time.Duration
+
+	// Clock drives lease expiry and every RequeueAfter; nil means the real clock. Tests pass a
+	// fake clock and step it.
+	Clock clock.WithTicker
+}
+
+var (
+	errNoAgentNamespace    = errors.New("the agent namespace is empty")
+	errLeaseDurationNotPos = errors.New("the agent lease duration must be positive")
+)
+
+func (o Options) complete() (Options, error) {
+	if o.AgentNamespace == "" {
+		return o, errNoAgentNamespace
+	}
+	if o.AgentLeaseDuration <= 0 {
+		return o, fmt.Errorf("%w: %s", errLeaseDurationNotPos, o.AgentLeaseDuration)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o, nil
+}
+
+// CacheOptions returns the cache options the controllers need: Leases only from the agent
+// namespace, no managed fields (nothing reads them), and Nodes without their image lists.
+// Pods are watched as metadata only (see the DeviceAllocation controller), so they need no entry.
+func CacheOptions(opts Options) cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.AgentNamespace: {}}},
+			&corev1.Node{}:          {Transform: stripNode},
+		},
+	}
+}
+
+// stripNode drops what the controller never reads from cached Nodes: managed fields and the
+// image list, the bulk of a Node object.
+func stripNode(in any) (any, error) {
+	if node, ok := in.(*corev1.Node); ok {
+		node.ManagedFields = nil
+		node.Status.Images = nil
+	}
+	return in, nil
+}
+
+// Setup adds the node capacity, NodeDevice and DeviceAllocation controllers to mgr. The field
+// indexes of package indexer must be registered on the same manager (indexer.Setup), and the
+// manager's cache built with CacheOptions.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	opts, err := opts.complete()
+	if err != nil {
+		return fmt.Errorf("setting up the controllers: %w", err)
+	}
+	recorder := mgr.GetEventRecorder(FieldOwner)
+	ctrlOpts := crcontroller.Options{
+		NewQueue:              newQueueFunc(opts.Clock),
+		ReconciliationTimeout: reconcileTimeout,
+	}
+	leases := leaseReader{client: mgr.GetClient(), namespace: opts.AgentNamespace, duration: opts.AgentLeaseDuration}
+
+	if err := (&nodeReconciler{
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		clock:     opts.Clock,
+		leases:    leases,
+	}).setupWithManager(mgr, ctrlOpts); err != nil {
+		return fmt.Errorf("setting up the node capacity controller: %w", err)
+	}
+	if err := (&nodeDeviceReconciler{
+		client:   mgr.GetClient(),
+		clock:    opts.Clock,
+		recorder: recorder,
+		leases:   leases,
+	}).setupWithManager(mgr, ctrlOpts); err != nil {
+		return fmt.Errorf("setting up the NodeDevice controller: %w", err)
+	}
+	if err := (&deviceAllocationReconciler{
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		clock:     opts.Clock,
+		recorder:  recorder,
+		leases:    leases,
+	}).setupWithManager(mgr, ctrlOpts); err != nil {
+		return fmt.Errorf("setting up the DeviceAllocation controller: %w", err)
+	}
+	return nil
+}
