@@ -74,7 +74,7 @@ verify: manifests generate ## Regenerate everything and fail if the tree changed
 test: envtest-assets vet test-unit test-integration ## Run every test: unit, then integration against a real API server.
 
 .PHONY: test-unit
-test-unit: ## Run the unit tests (real gRPC over unix sockets, -race).
+test-unit: envtest-assets ## Run the unit tests (real gRPC over unix sockets, -race).
 	go test $(GO_TEST_FLAGS) $(UNIT_PACKAGES)
 
 .PHONY: test-integration
@@ -82,7 +82,7 @@ test-integration: envtest-assets ## Run the envtest suites in test/ against the 
 	go test $(GO_TEST_FLAGS) -timeout 30m ./test/...
 
 .PHONY: bench
-bench: ## Run the benchmarks (allocation latency, checkpoint writes, hint generation, ...).
+bench: envtest-assets ## Run the benchmarks (allocation latency, checkpoint writes, hint generation, ...).
 	go test -run '^$$' -bench . -benchmem $(UNIT_PACKAGES)
 
 .PHONY: envtest-assets
