@@ -4,7 +4,7 @@
 # binaries are compiled from the same modules the Kubernetes release is made of.
 #
 # Usage: hack/build-control-plane.sh [component ...]
-#   components: etcd kube-apiserver kube-scheduler (default), kubelet kube-controller-manager
+#   components: etcd kube-apiserver kube-scheduler (default), kubelet kube-controller-manager kubectl
 # Environment:
 #   KUBE_VERSION   Kubernetes version (default v1.37.1; v1.37.2 is not served by the proxy)
 #   ETCD_VERSION   etcd version (default v3.7.3)
@@ -63,7 +63,7 @@ record() {
 todo=()
 for c in "${components[@]}"; do
   case "$c" in
-    etcd | kube-apiserver | kube-scheduler | kubelet | kube-controller-manager) ;;
+    etcd | kube-apiserver | kube-scheduler | kubelet | kube-controller-manager | kubectl) ;;
     *) log "unknown component: $c"; exit 2 ;;
   esac
   if built "$c"; then
@@ -98,9 +98,29 @@ GO
   log "etcd done"
 }
 
+# The throw-away module imports every component it can build, so that `go mod tidy` records all the
+# go.sum entries they need (kube-controller-manager and kubectl need more than the others).
+kube_tools_go() {
+  cat <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
+GO
+}
+
 prepare_kube_module() {
   local dir="${WORK_DIR}/kubernetes"
-  if [ -f "${dir}/.ready-${KUBE_VERSION}" ]; then
+  # Ready when it was prepared for this version with the same imports (a module prepared before a
+  # component was added lacks that component's go.sum entries and is prepared again).
+  if [ -f "${dir}/.ready-${KUBE_VERSION}" ] && [ "$(cat "${dir}/tools.go" 2>/dev/null)" = "$(kube_tools_go)" ]; then
     return
   fi
   log "preparing a module that requires k8s.io/kubernetes ${KUBE_VERSION}"
@@ -124,18 +144,7 @@ prepare_kube_module() {
   local n
   n=$(grep -c '=> k8s.io/' "${dir}/go.mod")
   log "replacing ${n} staging modules with ${staging_version}"
-  cat >"${dir}/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-)
-GO
+  kube_tools_go >"${dir}/tools.go"
   log "resolving dependencies (go mod tidy; downloads the modules the first time)"
   (cd "${dir}" && quiet go mod tidy)
   touch "${dir}/.ready-${KUBE_VERSION}"
