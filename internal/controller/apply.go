@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -26,17 +28,17 @@ func applyConditions(ctx context.Context, c client.Client, gvk schema.GroupVersi
 		for i := range conds {
 			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conds[i])
 			if err != nil {
-				return fmt.Errorf("converting condition %s of %s %s: %w", conds[i].Type, gvk.Kind, key, err)
+				return fmt.Errorf("converting condition %s of %s %s: %w", conds[i].Type, gvk.Kind, klog.KRef(key.Namespace, key.Name), err)
 			}
 			list = append(list, m)
 		}
 		if err := unstructured.SetNestedSlice(u.Object, list, "status", "conditions"); err != nil {
-			return fmt.Errorf("building the conditions of %s %s: %w", gvk.Kind, key, err)
+			return fmt.Errorf("building the conditions of %s %s: %w", gvk.Kind, klog.KRef(key.Namespace, key.Name), err)
 		}
 	}
 	err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
-	if err != nil {
-		return fmt.Errorf("applying the conditions of %s %s: %w", gvk.Kind, key, err)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("applying the conditions of %s %s: %w", gvk.Kind, klog.KRef(key.Namespace, key.Name), err)
 	}
 	return nil
 }
@@ -59,4 +61,27 @@ func withTransitionTime(c metav1.Condition, got *metav1.Condition, now metav1.Ti
 		c.LastTransitionTime = got.LastTransitionTime
 	}
 	return c
+}
+
+// applyFinalizer server-side applies the node-capacity finalizer onto the NodeDevice nd (present)
+// or off it, under FieldOwner. Finalizers are a set, so other writers' finalizers are left alone
+// whatever the object's resourceVersion. The body carries nd's UID: the API server refuses it
+// rather than create an object that is gone, or touch one recreated under the same name, and
+// either refusal, like NotFound, means there is nothing left to do for nd.
+func applyFinalizer(ctx context.Context, c client.Client, nd client.Object, present bool) error {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(nodeDeviceGVK)
+	u.SetName(nd.GetName())
+	u.SetUID(nd.GetUID())
+	if present {
+		u.SetFinalizers([]string{NodeCapacityFinalizer})
+	}
+	err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if present {
+		return fmt.Errorf("adding the finalizer of NodeDevice %q: %w", nd.GetName(), err)
+	}
+	return fmt.Errorf("removing the finalizer of NodeDevice %q: %w", nd.GetName(), err)
 }

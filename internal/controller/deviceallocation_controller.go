@@ -81,7 +81,12 @@ func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 		if !agent.ready {
 			// Nobody is left to release it: the pod is gone and so is the agent of its node.
+			// The preconditions keep a changed or recreated allocation; its own event brings it back.
 			err := r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
+			if apierrors.IsConflict(err) {
+				log.V(1).Info("DeviceAllocation changed before its deletion; looking again on its event")
+				return ctrl.Result{}, nil
+			}
 			if client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, fmt.Errorf("deleting orphaned DeviceAllocation %s: %w", req.NamespacedName, err)
 			}

@@ -101,7 +101,12 @@ func (r *nodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	if patch != nil {
 		before := node.ResourceVersion
-		if err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner)); err != nil {
+		err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner))
+		if apierrors.IsNotFound(err) {
+			// Deleted meanwhile: its deletion event brings us back to delete its NodeDevices.
+			return ctrl.Result{}, nil
+		}
+		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("patching the capacity of node %q: %w", node.Name, err)
 		}
 		nodeCapacityPatches.Inc()
@@ -206,18 +211,12 @@ func (r *nodeReconciler) deleteNodeDevices(ctx context.Context, nodeName string)
 	return nil
 }
 
-// removeFinalizer removes the node-capacity finalizer from nd, if it holds it. The patch carries
-// nd's resourceVersion, so finalizers another writer changed meanwhile are never lost; a conflict
-// is returned and retried.
+// removeFinalizer removes the node-capacity finalizer from nd, if it holds it.
 func removeFinalizer(ctx context.Context, c client.Client, nd *kdv1alpha1.NodeDevice) error {
-	patch := client.MergeFromWithOptions(nd.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if !controllerutil.RemoveFinalizer(nd, NodeCapacityFinalizer) {
+	if !controllerutil.ContainsFinalizer(nd, NodeCapacityFinalizer) {
 		return nil
 	}
-	if err := c.Patch(ctx, nd, patch, client.FieldOwner(FieldOwner)); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("removing the finalizer of NodeDevice %q: %w", nd.Name, err)
-	}
-	return nil
+	return applyFinalizer(ctx, c, nd, false)
 }
 
 // nodeCapacityChanged passes Node events except updates that leave status.capacity and

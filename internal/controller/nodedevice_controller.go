@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -82,17 +81,12 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return ctrl.Result{}, nil
 }
 
-// ensureFinalizer adds the node-capacity finalizer. The patch carries the resourceVersion, so a
-// finalizer another writer added meanwhile is never lost; a conflict is returned and retried.
+// ensureFinalizer adds the node-capacity finalizer, if nd lacks it.
 func (r *nodeDeviceReconciler) ensureFinalizer(ctx context.Context, nd *kdv1alpha1.NodeDevice) error {
-	patch := client.MergeFromWithOptions(nd.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if !controllerutil.AddFinalizer(nd, NodeCapacityFinalizer) {
+	if controllerutil.ContainsFinalizer(nd, NodeCapacityFinalizer) {
 		return nil
 	}
-	if err := r.client.Patch(ctx, nd, patch, client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("adding the finalizer of NodeDevice %q: %w", nd.Name, err)
-	}
-	return nil
+	return applyFinalizer(ctx, r.client, nd, true)
 }
 
 // nodeDevicesOfLease maps an agent Lease to the NodeDevices of its node.
