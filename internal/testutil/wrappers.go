@@ -1,10 +1,15 @@
 package testutil
 
 import (
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 )
@@ -210,4 +215,76 @@ func setQuantity(c *corev1.Container, name corev1.ResourceName, n int64) {
 	q := *resource.NewQuantity(n, resource.DecimalSI)
 	c.Resources.Limits[name] = q
 	c.Resources.Requests[name] = q.DeepCopy()
+}
+
+// Devices adds n healthy devices named prefix-0 … prefix-(n-1) to the status and counts them.
+func (w *NodeDeviceWrapper) Devices(prefix string, n int) *NodeDeviceWrapper {
+	for i := range n {
+		w.Device(fmt.Sprintf("%s-%d", prefix, i), kdv1alpha1.DeviceHealthy)
+	}
+	return w
+}
+
+// Released marks the allocation released (condition Released=True) for reason.
+func (w *DeviceAllocationWrapper) Released(reason string) *DeviceAllocationWrapper {
+	return w.Condition(metav1.Condition{
+		Type:               kdv1alpha1.DeviceAllocationReleased,
+		Status:             metav1.ConditionTrue,
+		Reason:             reason,
+		LastTransitionTime: metav1.Now(),
+	})
+}
+
+// NodeWrapper builds a Node.
+type NodeWrapper struct{ corev1.Node }
+
+// MakeNode starts a Node with an empty status.
+func MakeNode(name string) *NodeWrapper {
+	return &NodeWrapper{corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}}
+}
+
+// Capacity sets resource name to quantity q in both status.capacity and status.allocatable, as
+// the kubelet publishes resources it does not reserve for the system.
+func (w *NodeWrapper) Capacity(name corev1.ResourceName, q string) *NodeWrapper {
+	if w.Status.Capacity == nil {
+		w.Status.Capacity = corev1.ResourceList{}
+		w.Status.Allocatable = corev1.ResourceList{}
+	}
+	w.Status.Capacity[name] = resource.MustParse(q)
+	w.Status.Allocatable[name] = resource.MustParse(q)
+	return w
+}
+
+// Obj returns the Node.
+func (w *NodeWrapper) Obj() *corev1.Node {
+	return &w.Node
+}
+
+// LeaseWrapper builds a Lease.
+type LeaseWrapper struct{ coordinationv1.Lease }
+
+// MakeLease starts a Lease named name in namespace ns, held by name, for 40 s.
+func MakeLease(name, ns string) *LeaseWrapper {
+	return &LeaseWrapper{coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       &name,
+			LeaseDurationSeconds: ptr.To[int32](40),
+		},
+	}}
+}
+
+// RenewTime sets spec.renewTime (and spec.acquireTime when unset) to t.
+func (w *LeaseWrapper) RenewTime(t time.Time) *LeaseWrapper {
+	mt := metav1.NewMicroTime(t)
+	w.Spec.RenewTime = &mt
+	if w.Spec.AcquireTime == nil {
+		w.Spec.AcquireTime = &mt
+	}
+	return w
+}
+
+// Obj returns the Lease.
+func (w *LeaseWrapper) Obj() *coordinationv1.Lease {
+	return &w.Lease
 }

@@ -1,0 +1,126 @@
+package controller
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/testutil"
+)
+
+const (
+	agentUser        = "system:serviceaccount:kubedevice-system:kubedevice-agent"
+	nodeNameExtraKey = "authentication.kubernetes.io/node-name"
+)
+
+// agentClient returns a client that acts as the agent's service account with a token bound to a
+// pod on node, or with no node claim when node is empty.
+func agentClient(node string) client.Client {
+	GinkgoHelper()
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: agentUser,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:kubedevice-system", "system:authenticated"},
+	}
+	if node != "" {
+		c.Impersonate.Extra = map[string][]string{nodeNameExtraKey: {node}}
+	}
+	cl, err := client.New(c, client.Options{Scheme: testEnv.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return cl
+}
+
+// expectForbidden asserts that err is the admission policy's refusal carrying message.
+func expectForbidden(err error, message string) {
+	GinkgoHelper()
+	Expect(err).To(HaveOccurred())
+	Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "expected a refusal, got %v", err)
+	Expect(err.Error()).To(ContainSubstring(message))
+}
+
+var _ = Describe("Agent admission policy", Ordered, func() {
+	const ownWrite = "may only write objects of its own node"
+	var nodeA, nodeB, ns string
+	var asA client.Client
+
+	BeforeAll(func() {
+		By("installing the agent's RBAC and the admission policy from config/")
+		for _, obj := range loadManifests(
+			"config/rbac/agent/role.yaml",
+			"config/rbac/agent_service_account.yaml",
+			"config/rbac/agent_role_binding.yaml",
+			"config/admission/agent_node_restriction.yaml",
+		) {
+			Expect(k8sClient.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
+			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj))).To(Succeed()) })
+		}
+		nodeA = uniqueName("adm-a")
+		nodeB = uniqueName("adm-b")
+		createNode(testutil.MakeNode(nodeA))
+		createNode(testutil.MakeNode(nodeB))
+		// Live agents, so the controller keeps the pod-less DeviceAllocations written below.
+		renewLease(nodeA)
+		renewLease(nodeB)
+		ns = newNamespace()
+		asA = agentClient(nodeA)
+
+		By("waiting for the policy to be in force")
+		Eventually(func() error {
+			return asA.Create(ctx, testutil.MakeNodeDevice(nodeB+"-probe").Node(nodeB).Obj(), client.DryRunAll)
+		}).Should(MatchError(ContainSubstring(ownWrite)))
+	})
+
+	It("lets the agent create, update and delete its own node's NodeDevice", func() {
+		nd := testutil.MakeNodeDevice(nodeA+"-gopher").Node(nodeA).Devices("gopher", 2).Obj()
+		applyAs(asA, nd)
+		Eventually(func() (int32, error) {
+			got, err := nodeDevice(nd.Name)()
+			return got.Status.Capacity, err
+		}).Should(BeEquivalentTo(2))
+		applyAs(asA, testutil.MakeNodeDevice(nodeA+"-gopher").Node(nodeA).Devices("gopher", 3).Obj())
+		Expect(asA.Delete(ctx, testutil.MakeNodeDevice(nodeA+"-gopher").Obj())).To(Succeed())
+		Eventually(isNotFound(nodeDevice(nd.Name))).Should(BeTrue())
+	})
+
+	It("refuses the agent's writes to another node's NodeDevice", func() {
+		By("create")
+		expectForbidden(tryApplyAs(asA, testutil.MakeNodeDevice(nodeB+"-gopher").Node(nodeB).Devices("gopher", 1).Obj()),
+			"the kubedevice agent on node "+nodeA+" "+ownWrite+", not of node "+nodeB)
+
+		theirs := testutil.MakeNodeDevice(nodeB+"-theirs").Node(nodeB).Devices("gopher", 1).Obj()
+		applyAsAgent(theirs) // as the cluster admin
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, theirs))).To(Succeed()) })
+
+		By("update of the status")
+		expectForbidden(tryApplyStatusAs(asA, theirs, map[string]any{"capacity": 0}), ownWrite)
+		By("update of the object")
+		theirs.Labels = map[string]string{kdv1alpha1.LabelNodeName: nodeA}
+		expectForbidden(tryApplyAs(asA, theirs), ownWrite)
+		By("delete")
+		expectForbidden(asA.Delete(ctx, testutil.MakeNodeDevice(theirs.Name).Obj()), ownWrite)
+		_, err := nodeDevice(theirs.Name)()
+		Expect(err).NotTo(HaveOccurred())
+	})
+
+	It("applies the same rule to DeviceAllocations", func() {
+		applyAs(asA, testutil.MakeDeviceAllocation("mine", ns).Node(nodeA).Container("app", "example.com/gopher", "gopher-0").Obj())
+		expectForbidden(tryApplyAs(asA, testutil.MakeDeviceAllocation("theirs", ns).Node(nodeB).Obj()), ownWrite)
+
+		theirs := testutil.MakeDeviceAllocation("theirs-existing", ns).Node(nodeB).Obj()
+		applyAsAgent(theirs)
+		expectForbidden(tryApplyStatusAs(asA, theirs, map[string]any{"summary": "x"}), ownWrite)
+		expectForbidden(asA.Delete(ctx, testutil.MakeDeviceAllocation("theirs-existing", ns).Obj()), ownWrite)
+		Expect(asA.Delete(ctx, testutil.MakeDeviceAllocation("mine", ns).Obj())).To(Succeed())
+	})
+
+	It("refuses every write of an agent whose token names no node", func() {
+		noNode := agentClient("")
+		expectForbidden(tryApplyAs(noNode, testutil.MakeNodeDevice(nodeA+"-nonode").Node(nodeA).Obj()),
+			"no node association found for the kubedevice agent")
+		expectForbidden(tryApplyAs(noNode, testutil.MakeDeviceAllocation("nonode", ns).Node(nodeA).Obj()),
+			"no node association found for the kubedevice agent")
+	})
+})

@@ -1,0 +1,86 @@
+package controller
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/testutil"
+)
+
+var _ = Describe("Agent liveness", func() {
+	var node, ndName string
+
+	BeforeEach(func() {
+		node = uniqueName("live")
+		ndName = node + "-gopher"
+		createNode(testutil.MakeNode(node).Capacity(corev1.ResourceCPU, "4"))
+	})
+
+	It("marks NodeDevices AgentReady=False and zeroes the node when the Lease expires, and restores both when it is renewed", func() {
+		renewLease(node)
+		applyAsAgent(testutil.MakeNodeDevice(ndName).Node(node).Devices("gopher", 4).Obj())
+		Eventually(ndCondition(ndName, kdv1alpha1.NodeDeviceAgentReady)).Should(Equal("True/" + kdv1alpha1.ReasonAgentLeaseValid))
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+
+		By("letting the Lease reach its last valid instant")
+		waitIdle()
+		fakeClock.Step(leaseDuration - time.Second)
+		waitIdle()
+		Expect(ndCondition(ndName, kdv1alpha1.NodeDeviceAgentReady)()).To(Equal("True/" + kdv1alpha1.ReasonAgentLeaseValid))
+		Expect(published(node, gopher)()).To(Equal("4/4"))
+
+		By("letting it expire: only the requeue at the expiry can notice, nothing else changes")
+		fakeClock.Step(2 * time.Second)
+		Eventually(ndCondition(ndName, kdv1alpha1.NodeDeviceAgentReady)).Should(Equal("False/" + kdv1alpha1.ReasonAgentLeaseExpired))
+		Eventually(published(node, gopher)).Should(Equal("0/0"))
+		nd, err := nodeDevice(ndName)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(meta.FindStatusCondition(nd.Status.Conditions, kdv1alpha1.NodeDeviceAgentReady).Message).
+			To(ContainSubstring("more than 40s ago"))
+		Eventually(eventsFor(nd.UID)).Should(ContainElement(And(
+			HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Reason", kdv1alpha1.ReasonAgentLeaseExpired),
+		)))
+
+		By("renewing the Lease")
+		renewLease(node)
+		Eventually(ndCondition(ndName, kdv1alpha1.NodeDeviceAgentReady)).Should(Equal("True/" + kdv1alpha1.ReasonAgentLeaseValid))
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+	})
+
+	It("reports a missing Lease as AgentLeaseMissing with the resource at 0, until the agent shows up", func() {
+		applyAsAgent(testutil.MakeNodeDevice(ndName).Node(node).Devices("gopher", 4).Obj())
+		Eventually(ndCondition(ndName, kdv1alpha1.NodeDeviceAgentReady)).Should(Equal("False/" + kdv1alpha1.ReasonAgentLeaseMissing))
+		Eventually(published(node, gopher)).Should(Equal("0/0"))
+
+		renewLease(node)
+		Eventually(ndCondition(ndName, kdv1alpha1.NodeDeviceAgentReady)).Should(Equal("True/" + kdv1alpha1.ReasonAgentLeaseValid))
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+	})
+
+	It("owns AgentReady under its own field manager, leaving the agent's conditions alone", func() {
+		renewLease(node)
+		nd := testutil.MakeNodeDevice(ndName).Node(node).Devices("gopher", 4).Obj()
+		applyAsAgent(nd)
+		Eventually(ndCondition(ndName, kdv1alpha1.NodeDeviceAgentReady)).Should(Equal("True/" + kdv1alpha1.ReasonAgentLeaseValid))
+
+		By("the agent applying its own conditions")
+		nd.Status.Conditions = append(nd.Status.Conditions, conditionAt(kdv1alpha1.NodeDeviceRegistered, kdv1alpha1.ReasonPluginRegistered))
+		applyAsAgent(nd)
+		Eventually(ndCondition(ndName, kdv1alpha1.NodeDeviceRegistered)).Should(Equal("True/" + kdv1alpha1.ReasonPluginRegistered))
+		Expect(ndCondition(ndName, kdv1alpha1.NodeDeviceAgentReady)()).To(Equal("True/" + kdv1alpha1.ReasonAgentLeaseValid))
+
+		got, err := nodeDevice(ndName)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(got.ManagedFields).To(ContainElement(And(
+			HaveField("Manager", "kubedevice-controller"),
+			HaveField("Subresource", "status"),
+			HaveField("FieldsV1.Raw", ContainSubstring(`"k:{\"type\":\"AgentReady\"}"`)),
+		)))
+	})
+})

@@ -1,0 +1,156 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	kdcontroller "github.com/kubedevice/kubedevice/internal/controller"
+	"github.com/kubedevice/kubedevice/internal/testutil"
+)
+
+var _ = Describe("Node capacity", func() {
+	var node string
+
+	BeforeEach(func() {
+		node = uniqueName("cap")
+		createNode(testutil.MakeNode(node).Capacity(corev1.ResourceCPU, "4").Capacity("example.org/other", "2"))
+		renewLease(node)
+	})
+
+	It("publishes a NodeDevice's allocatable devices as the node's capacity and allocatable", func() {
+		start := time.Now()
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher").Node(node).Devices("gopher", 4).Obj())
+		Eventually(published(node, gopher)).WithPolling(2 * time.Millisecond).Should(Equal("4/4"))
+		elapsed := time.Since(start)
+		AddReportEntry("NodeDevice created → Node capacity visible", elapsed.String())
+		GinkgoWriter.Printf("NodeDevice created -> node capacity visible in %s\n", elapsed)
+
+		By("putting the node-capacity finalizer on the NodeDevice")
+		Eventually(func() ([]string, error) {
+			nd, err := nodeDevice(node + "-gopher")()
+			return nd.Finalizers, err
+		}).Should(ContainElement(kdcontroller.NodeCapacityFinalizer))
+	})
+
+	It("sums the shards of a resource and follows each shard", func() {
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher-0").Node(node).Shard(0).Devices("a", 3).Obj())
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher-1").Node(node).Shard(1).Devices("b", 2).Obj())
+		Eventually(published(node, gopher)).Should(Equal("5/5"))
+
+		By("dropping a healthy device from shard 1")
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher-1").Node(node).Shard(1).
+			Devices("b", 1).Device("b-1", kdv1alpha1.DeviceUnhealthy).Obj())
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+
+		By("deleting shard 1: shard 0 remains")
+		Expect(k8sClient.Delete(ctx, testutil.MakeNodeDevice(node+"-gopher-1").Obj())).To(Succeed())
+		Eventually(published(node, gopher)).Should(Equal("3/3"))
+		Eventually(isNotFound(nodeDevice(node + "-gopher-1"))).Should(BeTrue())
+	})
+
+	It("follows allocatable changes with one patch each, never touching cpu or other extended resources", func() {
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher").Node(node).Devices("gopher", 4).Obj())
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+		waitIdle()
+
+		for _, healthy := range []int{2, 3, 0, 4} {
+			patches := capacityPatches()
+			start := time.Now()
+			nd := testutil.MakeNodeDevice(node+"-gopher").Node(node).Devices("gopher", healthy)
+			for i := healthy; i < 4; i++ {
+				nd.Device(fmt.Sprintf("gopher-%d", i), kdv1alpha1.DeviceUnhealthy)
+			}
+			applyAsAgent(nd.Obj())
+			want := fmt.Sprintf("%d/%d", healthy, healthy)
+			Eventually(published(node, gopher)).WithPolling(2 * time.Millisecond).Should(Equal(want))
+			elapsed := time.Since(start)
+			waitIdle()
+			Expect(capacityPatches()-patches).To(Equal(1.0), "patches for allocatable %d", healthy)
+			AddReportEntry(fmt.Sprintf("NodeDevice allocatable → %d visible on the Node", healthy), elapsed.String())
+			GinkgoWriter.Printf("allocatable -> %d visible on the node in %s, 1 patch\n", healthy, elapsed)
+		}
+
+		got := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
+		Expect(got.Status.Capacity).To(HaveKeyWithValue(corev1.ResourceCPU, resource.MustParse("4")))
+		Expect(got.Status.Allocatable).To(HaveKeyWithValue(corev1.ResourceCPU, resource.MustParse("4")))
+		Expect(got.Status.Capacity).To(HaveKeyWithValue(corev1.ResourceName("example.org/other"), resource.MustParse("2")))
+		Expect(got.Status.Allocatable).To(HaveKeyWithValue(corev1.ResourceName("example.org/other"), resource.MustParse("2")))
+	})
+
+	It("does not patch the node when nothing changed", func() {
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher").Node(node).Devices("gopher", 4).Obj())
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+		waitIdle()
+		patches := capacityPatches()
+		runs := reconciles("node-capacity")
+
+		By("changing another resource of the node, which makes the controller look again")
+		got := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
+		got.Status.Capacity["example.org/other"] = resource.MustParse("3")
+		got.Status.Allocatable["example.org/other"] = resource.MustParse("3")
+		Expect(k8sClient.Status().Update(ctx, got)).To(Succeed())
+		rv := got.ResourceVersion
+
+		Eventually(func() float64 { return reconciles("node-capacity") }).Should(BeNumerically(">", runs))
+		waitIdle()
+		Expect(capacityPatches()).To(Equal(patches))
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
+		Expect(got.ResourceVersion).To(Equal(rv), "the node was written after our own update")
+		Expect(got.Status.Capacity).To(HaveKeyWithValue(corev1.ResourceName("example.org/other"), resource.MustParse("3")))
+
+		By("rewriting the NodeDevice's status with a change that leaves allocatable alone")
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher").Node(node).Devices("gopher", 4).
+			Device("gopher-4", kdv1alpha1.DeviceUnhealthy).Obj())
+		Eventually(func() (int32, error) {
+			nd, err := nodeDevice(node + "-gopher")()
+			return nd.Status.Capacity, err
+		}).Should(BeEquivalentTo(5))
+		waitIdle()
+		Expect(capacityPatches()).To(Equal(patches))
+		Expect(published(node, gopher)()).To(Equal("4/4"))
+	})
+
+	It("sets a resource to 0, keeping its key, when its NodeDevices are deleted", func() {
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher").Node(node).Devices("gopher", 4).Obj())
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+		Eventually(func() ([]string, error) {
+			nd, err := nodeDevice(node + "-gopher")()
+			return nd.Finalizers, err
+		}).Should(ContainElement(kdcontroller.NodeCapacityFinalizer))
+
+		Expect(k8sClient.Delete(ctx, testutil.MakeNodeDevice(node+"-gopher").Obj())).To(Succeed())
+		Eventually(published(node, gopher)).Should(Equal("0/0"))
+		Eventually(isNotFound(nodeDevice(node + "-gopher"))).Should(BeTrue())
+	})
+
+	It("zeroes a resource whose NodeDevice was deleted while the controller was down", func() {
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher").Node(node).Devices("gopher", 4).Obj())
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+		Eventually(func() ([]string, error) {
+			nd, err := nodeDevice(node + "-gopher")()
+			return nd.Finalizers, err
+		}).Should(ContainElement(kdcontroller.NodeCapacityFinalizer))
+
+		By("stopping the controller and deleting the NodeDevice")
+		stopManager()
+		Expect(k8sClient.Delete(ctx, testutil.MakeNodeDevice(node+"-gopher").Obj())).To(Succeed())
+		nd, err := nodeDevice(node + "-gopher")()
+		Expect(err).NotTo(HaveOccurred(), "the finalizer holds the NodeDevice while the controller is away")
+		Expect(nd.DeletionTimestamp).NotTo(BeNil())
+		Expect(published(node, gopher)()).To(Equal("4/4"))
+
+		By("starting the controller again")
+		stopManager = startManager()
+		Eventually(published(node, gopher)).Should(Equal("0/0"))
+		Eventually(isNotFound(nodeDevice(node + "-gopher"))).Should(BeTrue())
+	})
+})
