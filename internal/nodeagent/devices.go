@@ -177,6 +177,9 @@ type resourceState struct {
 	healthy   sets.Set[string]
 	unhealthy sets.Set[string]
 	awaiting  map[string]*device // restored from the checkpoint, not yet reported
+	// reported is set by the first accepted ListAndWatch message: a plugin
+	// that has not reported yet is not known to have no healthy device.
+	reported bool
 }
 
 func newResourceState(name string) *resourceState {
@@ -234,7 +237,22 @@ func (r *resourceState) applyDevices(devs []*pluginapi.Device, now time.Time) bo
 		}
 	}
 	r.devices, r.healthy, r.unhealthy, r.awaiting = next, healthy, unhealthy, nil
+	r.reported = true
 	return changed
+}
+
+// registeredIDs returns the IDs the checkpoint records for the resource:
+// every reported device, healthy or not, and the devices restored from the
+// checkpoint that await their plugin.
+func (r *resourceState) registeredIDs() sets.Set[string] {
+	ids := make(sets.Set[string], len(r.devices)+len(r.awaiting))
+	for id := range r.devices {
+		ids.Insert(id)
+	}
+	for id := range r.awaiting {
+		ids.Insert(id)
+	}
+	return ids
 }
 
 // markUnhealthy makes every device unhealthy for reason, as the kubelet's

@@ -19,7 +19,10 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
 )
 
 // DefaultEndpointGracePeriod is how long a resource whose plugins are all
@@ -52,6 +55,31 @@ type Config struct {
 	// DialTimeout bounds dialing a plugin; defaults to
 	// registration.DefaultDialTimeout.
 	DialTimeout time.Duration
+
+	// CheckpointPath is the manager's checkpoint file; defaults to
+	// <PluginDir>/kubedevice_checkpoint.
+	CheckpointPath string
+	// BootIDPath is the file holding the node's boot ID, recorded in the
+	// checkpoint to tell an agent restart from a node reboot; defaults to
+	// /proc/sys/kernel/random/boot_id.
+	BootIDPath string
+	// SysRoot is the root under which NUMA nodes are discovered
+	// (<SysRoot>/sys/devices/system/node); defaults to "/".
+	SysRoot string
+	// TopologyPolicy is the topology manager policy applied at allocation;
+	// defaults to none (no alignment, as the kubelet without a topology
+	// manager).
+	TopologyPolicy topology.Policy
+	// TopologyScope is the granularity of alignment; defaults to container.
+	TopologyScope topology.Scope
+	// AllocateTimeout bounds the Allocate RPC; defaults to 30 s.
+	AllocateTimeout time.Duration
+	// PreferredAllocationTimeout bounds the GetPreferredAllocation RPC;
+	// defaults to 10 s. When it expires (or the call fails) the manager
+	// chooses the devices itself.
+	PreferredAllocationTimeout time.Duration
+	// PreStartTimeout bounds the PreStartContainer RPC; defaults to 30 s.
+	PreStartTimeout time.Duration
 }
 
 // DefaultConfig returns the production configuration.
@@ -62,6 +90,14 @@ func DefaultConfig() Config {
 		EndpointGracePeriod: DefaultEndpointGracePeriod,
 		Clock:               clock.RealClock{},
 		Registerer:          prometheus.DefaultRegisterer,
+		BootIDPath:          checkpoint.DefaultBootIDPath,
+		SysRoot:             "/",
+		TopologyPolicy:      topology.PolicyNone,
+		TopologyScope:       topology.ScopeContainer,
+		AllocateTimeout:     defaultAllocateTimeout,
+
+		PreferredAllocationTimeout: defaultGetPreferredAllocationTimeout,
+		PreStartTimeout:            defaultPreStartContainerTimeout,
 	}
 }
 
@@ -87,6 +123,47 @@ type Manager struct {
 
 	subsMu sync.Mutex
 	subs   map[*Subscription]struct{}
+
+	// numaNodes are the machine's NUMA nodes (topology hints).
+	numaNodes []int
+
+	// Allocation state, guarded by mu (allocate.go, checkpoint.go).
+	//
+	// pods holds every committed allocation and every in-flight
+	// reservation; podRefs the namespace and name of the pods that have a
+	// committed allocation.
+	pods    *poddevices.Store
+	podRefs map[string]poddevices.PodRef
+	// affinity is the NUMA affinity the topology policy chose, by pod UID
+	// and container name (podScopeKey for the pod as a whole).
+	affinity map[string]map[string]topology.BitMask
+	// stale lists the allocations restored across a node reboot whose
+	// plugin Allocate must run again: pod UID → container → resources.
+	stale map[string]map[string]sets.Set[string]
+	// cordons are the devices never to allocate, by resource.
+	cordons map[string]sets.Set[string]
+	// restored is set once the checkpoint was restored (or rebuilt, or
+	// imported); no checkpoint is written before, so an existing file is
+	// never overwritten with empty state.
+	restored bool
+	// rebuildPending is set when the checkpoint was corrupt, until
+	// RestoreAllocations has rebuilt the state: nothing is allocated
+	// meanwhile, so no device a lost allocation held is handed out again.
+	rebuildPending bool
+	// stateSeq counts the changes to what the checkpoint records.
+	stateSeq uint64
+	// ckptInfo is the provenance of the checkpoint on disk.
+	ckptInfo CheckpointInfo
+
+	// ckptMu serializes checkpoint writes (group commit, checkpoint.go).
+	ckptMu      sync.Mutex
+	ckptStore   *checkpoint.Store
+	staleStore  *checkpoint.Store
+	ckptWritten uint64
+
+	// podLocks serializes the allocations of one pod.
+	podLocksMu sync.Mutex
+	podLocks   map[string]*podLock
 }
 
 // New returns a manager that is not started.
@@ -100,6 +177,13 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if err := defaultAllocationConfig(&cfg); err != nil {
+		return nil, err
+	}
+	numaNodes, err := topology.ReadNUMANodes(cfg.SysRoot)
+	if err != nil {
+		return nil, fmt.Errorf("creating device manager: %w", err)
+	}
 	m := &Manager{
 		cfg:       cfg,
 		clock:     cfg.Clock,
@@ -109,6 +193,13 @@ func New(cfg Config) (*Manager, error) {
 		resources: make(map[string]*resourceState),
 		removed:   sets.New[string](),
 		subs:      make(map[*Subscription]struct{}),
+		numaNodes: numaNodes,
+		pods:      poddevices.New(),
+		podRefs:   make(map[string]poddevices.PodRef),
+		affinity:  make(map[string]map[string]topology.BitMask),
+		stale:     make(map[string]map[string]sets.Set[string]),
+		cordons:   make(map[string]sets.Set[string]),
+		podLocks:  make(map[string]*podLock),
 	}
 	if cfg.Registerer != nil {
 		if err := m.metrics.register(cfg.Registerer); err != nil {
@@ -132,11 +223,25 @@ func New(cfg Config) (*Manager, error) {
 // Start serves the registration socket and the pluginwatcher. ctx supplies
 // the logger; the manager runs until Stop. Restore checkpointed resources
 // (RestoreRegisteredResources) before Start.
+//
+// If RestoreCheckpoint was not called, Start restores the checkpoint itself:
+// a missing file means empty state, a corrupt one is quarantined and logged
+// (and allocation waits for RestoreAllocations, see RestoreCheckpoint), any
+// other failure fails Start.
 func (m *Manager) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("devicemanager")
 	m.mu.Lock()
 	m.logger = logger
+	restored := m.restored
 	m.mu.Unlock()
+	if !restored {
+		if _, err := m.RestoreCheckpoint(klog.NewContext(ctx, logger)); err != nil {
+			if !errors.Is(err, checkpoint.ErrCorrupt) {
+				return fmt.Errorf("starting device manager: %w", err)
+			}
+			logger.Error(err, "Continuing after failing to read the checkpoint; allocation waits for RestoreAllocations")
+		}
+	}
 	if err := m.server.Start(klog.NewContext(ctx, logger)); err != nil {
 		return fmt.Errorf("starting device plugin registration server: %w", err)
 	}
@@ -220,18 +325,24 @@ func (m *Manager) RestoreRegisteredResources(registered map[string][]string) {
 // caller). Unlike the kubelet's (#133702), removal drops the whole resource
 // state at once. removed is sorted; the node status must set an explicit 0
 // for those resources.
+//
+// Cordoned devices (SetCordons) are counted in capacity, not in allocatable.
 func (m *Manager) GetCapacity() (capacity, allocatable v1.ResourceList, removed []string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.removeExpiredLocked(m.clock.Now())
+	expired := m.removeExpiredLocked(m.clock.Now())
 	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	for name, r := range m.resources {
 		capacity[v1.ResourceName(name)] = *resource.NewQuantity(int64(r.healthy.Len()+r.unhealthy.Len()), resource.DecimalSI)
-		allocatable[v1.ResourceName(name)] = *resource.NewQuantity(int64(r.healthy.Len()), resource.DecimalSI)
+		allocatable[v1.ResourceName(name)] = *resource.NewQuantity(int64(m.allocatableCountLocked(r)), resource.DecimalSI)
 	}
 	if m.removed.Len() > 0 {
 		removed = sets.List(m.removed)
 		m.removed = sets.New[string]()
+	}
+	logger := m.logger
+	m.mu.Unlock()
+	if expired {
+		m.persistLogged(logger)
 	}
 	return capacity, allocatable, removed
 }
@@ -242,15 +353,19 @@ type DeviceInstances map[string]*pluginapi.Device
 // ResourceDeviceInstances are devices by resource name and ID.
 type ResourceDeviceInstances map[string]DeviceInstances
 
-// GetAllocatableDevices returns the healthy devices of every resource, with
-// their topology. The result is a copy.
+// GetAllocatableDevices returns the healthy devices of every resource that
+// are not cordoned, with their topology. The result is a copy.
 func (m *Manager) GetAllocatableDevices() ResourceDeviceInstances {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make(ResourceDeviceInstances, len(m.resources))
 	for name, r := range m.resources {
+		cordoned := m.cordons[name]
 		devs := make(DeviceInstances, r.healthy.Len())
 		for id := range r.healthy {
+			if cordoned.Has(id) {
+				continue
+			}
 			devs[id] = r.devices[id].proto()
 		}
 		out[name] = devs
@@ -267,7 +382,7 @@ func (m *Manager) Snapshot(resourceName string) (ResourceSnapshot, bool) {
 	if !ok {
 		return ResourceSnapshot{}, false
 	}
-	return r.snapshot(), true
+	return m.snapshotLocked(r), true
 }
 
 // Snapshots returns a copy of every resource's state, sorted by name.
@@ -276,7 +391,7 @@ func (m *Manager) Snapshots() []ResourceSnapshot {
 	defer m.mu.Unlock()
 	out := make([]ResourceSnapshot, 0, len(m.resources))
 	for _, r := range m.resources {
-		out = append(out, r.snapshot())
+		out = append(out, m.snapshotLocked(r))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ResourceName < out[j].ResourceName })
 	return out
@@ -315,8 +430,11 @@ func (m *Manager) endpointLocked(name string) (*endpoint, bool) {
 }
 
 // removeExpiredLocked removes the resources without a plugin whose grace
-// period is over.
-func (m *Manager) removeExpiredLocked(now time.Time) {
+// period is over, and reports whether it removed any; the caller then
+// writes the checkpoint (after releasing the lock), as the kubelet's
+// GetCapacity does.
+func (m *Manager) removeExpiredLocked(now time.Time) bool {
+	removed := false
 	for name, r := range m.resources {
 		if !r.primary.stopGracePeriodExpired(now, m.grace) {
 			continue
@@ -326,8 +444,11 @@ func (m *Manager) removeExpiredLocked(now time.Time) {
 		m.removed.Insert(name)
 		m.metrics.deleteResource(name)
 		m.notifyLocked(name)
+		m.stateSeq++
+		removed = true
 		m.logger.Info("Removed device plugin resource: no plugin registered within the grace period", "resourceName", name, "gracePeriod", m.grace)
 	}
+	return removed
 }
 
 // scheduleRemovalLocked arms the timer that removes r once its grace period
@@ -342,8 +463,12 @@ func (m *Manager) scheduleRemovalLocked(r *resourceState) {
 
 func (m *Manager) removeExpired() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.removeExpiredLocked(m.clock.Now())
+	expired := m.removeExpiredLocked(m.clock.Now())
+	logger := m.logger
+	m.mu.Unlock()
+	if expired {
+		m.persistLogged(logger)
+	}
 }
 
 // pluginHandler receives the registration server's callbacks; it keeps them
@@ -415,17 +540,32 @@ func (m *Manager) pluginListAndWatchReceiver(ctx context.Context, p registration
 	}
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	r := m.resources[name]
 	if r == nil || r.endpoints[p.SocketPath()] == nil || r.endpoints[p.SocketPath()].clientID != p.ID() {
+		m.mu.Unlock()
 		logger.V(2).Info("Ignoring ListAndWatch message from a connection that is no longer registered")
 		return
 	}
+	before := r.registeredIDs()
+	first := !r.reported
 	if r.applyDevices(devs, m.clock.Now()) {
 		m.metrics.setResource(r)
 		m.notifyLocked(name)
 	}
-	logger.V(2).Info("Processed device updates for resource", "totalCount", len(devs), "healthyCount", r.healthy.Len())
+	// The kubelet writes its checkpoint on every ListAndWatch message. The
+	// checkpoint records only which devices are registered, not their
+	// health, so it is written when that set changes (devices added or
+	// removed, or the resource's first message), not on health flaps.
+	registeredChanged := first || !before.Equal(r.registeredIDs())
+	if registeredChanged {
+		m.stateSeq++
+	}
+	healthy := r.healthy.Len()
+	m.mu.Unlock()
+	logger.V(2).Info("Processed device updates for resource", "totalCount", len(devs), "healthyCount", healthy)
+	if registeredChanged {
+		m.persistLogged(logger)
+	}
 }
 
 // pluginDisconnected removes the endpoint of a connection whose stream ended.

@@ -23,8 +23,7 @@ type metrics struct {
 	// validation (kubelet_device_plugin_registration_total).
 	registrations *prometheus.CounterVec
 	// allocDuration times the Allocate RPC
-	// (kubelet_device_plugin_alloc_duration_seconds); observed by the
-	// allocation code.
+	// (kubelet_device_plugin_alloc_duration_seconds), failed calls included.
 	allocDuration *prometheus.HistogramVec
 	// devices is the number of devices per resource and health.
 	devices *prometheus.GaugeVec
@@ -32,7 +31,21 @@ type metrics struct {
 	connected *prometheus.GaugeVec
 	// invalidUpdates counts rejected ListAndWatch messages.
 	invalidUpdates *prometheus.CounterVec
+	// allocationDuration times a whole allocation transaction, from the
+	// first reservation to the fsync'd checkpoint.
+	allocationDuration *prometheus.HistogramVec
+	// checkpointCorrupt counts checkpoint files found corrupt and
+	// quarantined.
+	checkpointCorrupt *prometheus.CounterVec
+	// checkpointWrites counts checkpoint writes.
+	checkpointWrites *prometheus.CounterVec
 }
+
+// Values of the result label.
+const (
+	resultSuccess = "success"
+	resultError   = "error"
+)
 
 func newMetrics() *metrics {
 	return &metrics{
@@ -63,11 +76,32 @@ func newMetrics() *metrics {
 			Help: "Number of ListAndWatch messages rejected as a whole, by resource name and reason " +
 				"(TooManyDevices, EmptyDeviceID, DeviceIDTooLong, InvalidDeviceID, DuplicateDeviceID, MessageTooLarge).",
 		}, []string{"resource_name", "reason"}),
+		allocationDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace,
+			Name:      "allocation_duration_seconds",
+			Help: "Duration in seconds of an allocation by the node agent, from reserving the devices to the fsync'd checkpoint, " +
+				"plugin RPCs included, by result (success, error).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"result"}),
+		checkpointCorrupt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Name:      "checkpoint_corrupt_total",
+			Help: "Number of checkpoint files found corrupt (and quarantined, for the agent's own), by reason " +
+				"(Unreadable, Empty, Truncated, NotJSON, UnknownFormat, UnknownVersion, ChecksumMismatch, InvalidData).",
+		}, []string{"reason"}),
+		checkpointWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Name:      "checkpoint_writes_total",
+			Help:      "Number of checkpoint writes (each fsync'd), by result (success, error).",
+		}, []string{"result"}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.registrations, m.allocDuration, m.devices, m.connected, m.invalidUpdates}
+	return []prometheus.Collector{
+		m.registrations, m.allocDuration, m.devices, m.connected, m.invalidUpdates,
+		m.allocationDuration, m.checkpointCorrupt, m.checkpointWrites,
+	}
 }
 
 // register registers every collector with r.

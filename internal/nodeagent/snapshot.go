@@ -35,10 +35,15 @@ type ResourceSnapshot struct {
 	// from the checkpoint).
 	Options PluginOptions
 	// Capacity and Allocatable are what GetCapacity reports: all reported
-	// devices, and the healthy ones. Devices awaiting their plugin are not
-	// counted.
+	// devices, and the healthy ones that are not cordoned. Devices awaiting
+	// their plugin are not counted.
 	Capacity    int
 	Allocatable int
+	// Allocated is the number of Devices held by a container (with a
+	// Holder); in-flight allocations are not counted until committed.
+	Allocated int
+	// Cordoned is the number of Devices that are cordoned.
+	Cordoned int
 	// Devices are sorted by ID.
 	Devices []DeviceSnapshot
 }
@@ -60,16 +65,23 @@ type DeviceSnapshot struct {
 	LastTransitionTime time.Time
 	// NUMANodes the device is attached to, sorted; nil without topology.
 	NUMANodes []int64
+	// Holder is the container the device is allocated to (committed), or
+	// nil. When containers of one pod share the device (an init
+	// container's devices reused), the container whose name sorts first.
+	Holder *DeviceHolder
+	// Cordoned devices are never allocated (SetCordons).
+	Cordoned bool
 }
 
-// snapshot copies r. The caller holds the manager's lock.
-func (r *resourceState) snapshot() ResourceSnapshot {
+// snapshotLocked copies r. The caller holds m.mu.
+func (m *Manager) snapshotLocked(r *resourceState) ResourceSnapshot {
+	cordons := m.cordons[r.name]
 	s := ResourceSnapshot{
 		ResourceName: r.name,
 		State:        r.state,
 		StateSince:   r.stateSince,
 		Capacity:     r.healthy.Len() + r.unhealthy.Len(),
-		Allocatable:  r.healthy.Len(),
+		Allocatable:  m.allocatableCountLocked(r),
 		Options: PluginOptions{
 			PreStartRequired:                r.primary.opts().GetPreStartRequired(),
 			GetPreferredAllocationAvailable: r.primary.opts().GetGetPreferredAllocationAvailable(),
@@ -87,14 +99,23 @@ func (r *resourceState) snapshot() ResourceSnapshot {
 	s.Devices = make([]DeviceSnapshot, 0, len(r.devices)+len(r.awaiting))
 	for _, devs := range []map[string]*device{r.devices, r.awaiting} {
 		for _, d := range devs {
-			s.Devices = append(s.Devices, DeviceSnapshot{
+			ds := DeviceSnapshot{
 				ID:                 d.id,
 				Health:             d.health,
 				Reason:             d.reason,
 				Message:            d.message,
 				LastTransitionTime: d.lastTransition,
 				NUMANodes:          slices.Clone(d.numaNodes),
-			})
+				Holder:             m.holderLocked(r.name, d.id),
+				Cordoned:           cordons.Has(d.id),
+			}
+			if ds.Holder != nil {
+				s.Allocated++
+			}
+			if ds.Cordoned {
+				s.Cordoned++
+			}
+			s.Devices = append(s.Devices, ds)
 		}
 	}
 	slices.SortFunc(s.Devices, func(a, b DeviceSnapshot) int { return strings.Compare(a.ID, b.ID) })

@@ -1,0 +1,746 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
+)
+
+// The kubelet's refusals (pkg/kubelet/cm/devicemanager/manager.go), verbatim.
+const (
+	errChangedRequest        = "pod %q container %q changed request for resource %q from %d to %d"
+	errUnregisteredDevice    = "cannot allocate unregistered device %s"
+	errNoHealthyDevices      = "no healthy devices present; cannot allocate unhealthy devices %s"
+	errPreviouslyAllocated   = "previously allocated devices are no longer healthy; cannot allocate unhealthy devices %s"
+	errDevicesUnavailable    = "requested number of devices unavailable for %s. Requested: %d, Available: %d"
+	errAllocatedLess         = "unexpectedly allocated less resources than required. Requested: %d, Got: %d"
+	errNoContainerResponses  = "no containers return in allocation response %v"
+	errEndpointNotFound      = "endpoint not found in cache for a registered resource: %s"
+	errNoDevicesForPreStart  = "no devices found allocated in local cache for pod %s, container %s, resource %s"
+	errPreStartContainerCall = "device plugin PreStartContainer rpc failed with err: %w"
+)
+
+// errRebuildPending refuses allocations while the state of a corrupt
+// checkpoint has not been rebuilt with RestoreAllocations.
+var errRebuildPending = errors.New("the checkpoint was corrupt and the allocations it held are not rebuilt yet")
+
+// podScopeKey is the affinity key of a pod as a whole (pod scope); container
+// names are never empty.
+const podScopeKey = ""
+
+// deviceRequest is a number of devices of one resource a container asks for.
+type deviceRequest struct {
+	resource string
+	count    int
+}
+
+// containerRequests returns the extended resources container c of pod asks
+// for, sorted by name: its limits ("Requests must be equal to Limits", as
+// the kubelet iterates them) with a positive quantity, except those a DRA
+// ResourceClaim serves (KEP-5004). Native resources (cpu, memory, hugepages,
+// kubernetes.io/...) are not device plugin resources.
+//
+// Unlike the kubelet, a request for 0 devices is skipped: the kubelet runs
+// its health checks for it too and refuses a pod asking for 0 devices of a
+// resource with no healthy device.
+func containerRequests(pod *v1.Pod, c *v1.Container) []deviceRequest {
+	var out []deviceRequest
+	for name, q := range c.Resources.Limits {
+		resource := string(name)
+		if !registration.IsExtendedResourceName(resource) || isDRAExtendedResource(pod, c.Name, resource) {
+			continue
+		}
+		if n := q.Value(); n > 0 {
+			out = append(out, deviceRequest{resource: resource, count: int(n)})
+		}
+	}
+	slices.SortFunc(out, func(a, b deviceRequest) int { return strings.Compare(a.resource, b.resource) })
+	return out
+}
+
+// isDRAExtendedResource reports whether the scheduler mapped the container's
+// extended resource to a DRA ResourceClaim, as the kubelet's check of the
+// same name.
+func isDRAExtendedResource(pod *v1.Pod, container, resource string) bool {
+	status := pod.Status.ExtendedResourceClaimStatus
+	if status == nil {
+		return false
+	}
+	for _, m := range status.RequestMappings {
+		if m.ContainerName == container && m.ResourceName == resource {
+			return true
+		}
+	}
+	return false
+}
+
+// isRestartableInitContainer reports whether c is a sidecar: an init
+// container with restartPolicy Always.
+func isRestartableInitContainer(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// podContainers returns the pod's containers in the kubelet's order: init
+// containers first, then app containers.
+func podContainers(pod *v1.Pod) []*v1.Container {
+	out := make([]*v1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	for i := range pod.Spec.InitContainers {
+		out = append(out, &pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		out = append(out, &pod.Spec.Containers[i])
+	}
+	return out
+}
+
+// isTerminal reports whether the pod has finished: the kubelet's active pods
+// exclude it, so its devices are not allocated again.
+func isTerminal(pod *v1.Pod) bool {
+	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
+}
+
+// Allocate allocates the devices container asks for, as the kubelet's
+// Allocate(pod, container) does at admission, and returns once the
+// allocation is committed and the checkpoint written (fsync'd). Containers
+// are expected in the kubelet's order (init containers first); the devices
+// of the pod's regular init containers that come before container are
+// reused, those of sidecars and app containers are not (kubelet §8.1).
+//
+// It is a transaction: the devices are reserved (no concurrent allocation
+// and no garbage collection can hand them to another pod), the plugin RPCs
+// run without the manager's lock, the allocation is committed, then the
+// checkpoint is written; any failure rolls the whole container back,
+// committed resources included. A container that already holds its devices
+// is left alone (no RPC), unless its allocation was restored across a node
+// reboot: then the plugin's Allocate runs again with the same devices and
+// its new response replaces the old one.
+//
+// A refusal is an *AllocationError with the kubelet's message; see the
+// package documentation for the reasons and which ones are retryable.
+func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod), "podUID", pod.UID, "containerName", container.Name)
+	ctx = klog.NewContext(ctx, logger)
+	unlock := m.lockPod(string(pod.UID))
+	defer unlock()
+	tx := m.newTxn(pod)
+	return tx.finish(ctx, m.allocateContainer(ctx, tx, pod, container))
+}
+
+// AllocatePod allocates every container of the pod in the kubelet's order
+// (init containers first) as one transaction: either every container gets
+// its devices and the checkpoint is written once, or nothing this call
+// allocated is kept. When every container already holds its devices it
+// returns at once: no RPC, no checkpoint write, no notification.
+func (m *Manager) AllocatePod(ctx context.Context, pod *v1.Pod) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod), "podUID", pod.UID)
+	unlock := m.lockPod(string(pod.UID))
+	defer unlock()
+	containers := podContainers(pod)
+	m.mu.Lock()
+	done := m.podAllocatedLocked(pod, containers)
+	m.mu.Unlock()
+	if done {
+		return nil
+	}
+	tx := m.newTxn(pod)
+	for _, c := range containers {
+		cctx := klog.NewContext(ctx, logger.WithValues("containerName", c.Name))
+		if err := m.allocateContainer(cctx, tx, pod, c); err != nil {
+			return tx.finish(cctx, err)
+		}
+	}
+	return tx.finish(klog.NewContext(ctx, logger), nil)
+}
+
+// podAllocatedLocked reports whether every container of the pod holds
+// exactly the devices it asks for, none of them awaiting re-allocation after
+// a reboot.
+func (m *Manager) podAllocatedLocked(pod *v1.Pod, containers []*v1.Container) bool {
+	uid := string(pod.UID)
+	for _, c := range containers {
+		for _, rq := range containerRequests(pod, c) {
+			if m.pods.ContainerDevices(uid, c.Name, rq.resource).Len() != rq.count || m.isStaleLocked(uid, c.Name, rq.resource) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// podLock serializes the allocations of one pod, so two calls for the same
+// pod never interleave; calls for different pods run concurrently.
+type podLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lockPod locks the pod's allocations and returns the unlock function.
+func (m *Manager) lockPod(uid string) func() {
+	m.podLocksMu.Lock()
+	l := m.podLocks[uid]
+	if l == nil {
+		l = &podLock{}
+		m.podLocks[uid] = l
+	}
+	l.refs++
+	m.podLocksMu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		m.podLocksMu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(m.podLocks, uid)
+		}
+		m.podLocksMu.Unlock()
+	}
+}
+
+// containerResource names one allocation of a transaction.
+type containerResource struct{ container, resource string }
+
+// allocTxn is one Allocate or AllocatePod call: what it committed, so a
+// failure can undo it, and what to write and announce when it ends.
+type allocTxn struct {
+	m     *Manager
+	pod   poddevices.PodRef
+	start time.Time
+	// worked is set when the transaction went past the already-allocated
+	// check; only those are timed.
+	worked bool
+	// added are new allocations: released if the transaction fails.
+	added []containerResource
+	// refreshed are allocations restored across a reboot whose Allocate ran
+	// again: kept (same devices, newer response) even if the transaction
+	// fails.
+	refreshed []containerResource
+	changed   sets.Set[string]
+}
+
+func (m *Manager) newTxn(pod *v1.Pod) *allocTxn {
+	return &allocTxn{
+		m:       m,
+		pod:     poddevices.PodRef{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name},
+		start:   time.Now(),
+		changed: sets.New[string](),
+	}
+}
+
+// finish ends the transaction with the outcome err: on success the
+// checkpoint is written (fsync'd) before it returns; on failure, or if that
+// write fails, the new allocations are released. Subscribers hear of the
+// resources whose allocations changed.
+func (tx *allocTxn) finish(ctx context.Context, err error) error {
+	m, logger := tx.m, klog.FromContext(ctx)
+	if err != nil {
+		tx.releaseAdded()
+	}
+	if len(tx.added)+len(tx.refreshed) > 0 {
+		// After a failure this write undoes what a concurrent write may
+		// have persisted of the released allocations, and keeps refreshed
+		// responses.
+		if werr := m.persist(); werr != nil {
+			if err == nil {
+				first := append(slices.Clone(tx.added), tx.refreshed...)[0]
+				err = &AllocationError{
+					Reason:    AllocationAllocateFailed,
+					Retryable: true,
+					Err:       fmt.Errorf("allocating %s for container %q: %w", first.resource, first.container, werr),
+				}
+				tx.releaseAdded()
+			} else {
+				logger.Error(werr, "Writing the checkpoint after a failed allocation")
+			}
+		} else {
+			tx.clearStale(ctx)
+		}
+	}
+	if tx.changed.Len() > 0 {
+		m.mu.Lock()
+		m.notifyLocked(sets.List(tx.changed)...)
+		m.mu.Unlock()
+	}
+	if tx.worked {
+		result := resultSuccess
+		if err != nil {
+			result = resultError
+		}
+		m.metrics.allocationDuration.WithLabelValues(result).Observe(time.Since(tx.start).Seconds())
+	}
+	if err != nil {
+		logger.V(2).Info("Allocation failed", "err", err, "reason", AllocationReasonOf(err), "retryable", IsRetryable(err))
+	} else if len(tx.added)+len(tx.refreshed) > 0 {
+		logger.V(2).Info("Allocation committed", "allocations", len(tx.added), "reallocations", len(tx.refreshed))
+	}
+	return err
+}
+
+// releaseAdded undoes the transaction's new allocations.
+func (tx *allocTxn) releaseAdded() {
+	m, uid := tx.m, tx.pod.UID
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range tx.added {
+		if m.pods.Release(uid, k.container, k.resource) {
+			m.stateSeq++
+		}
+	}
+	m.prunePodLocked(uid)
+}
+
+// clearStale drops the reboot marks of the refreshed allocations, which are
+// now durable.
+func (tx *allocTxn) clearStale(ctx context.Context) {
+	if len(tx.refreshed) == 0 {
+		return
+	}
+	m := tx.m
+	m.mu.Lock()
+	for _, k := range tx.refreshed {
+		m.unmarkStaleLocked(tx.pod.UID, k.container, k.resource)
+	}
+	m.mu.Unlock()
+	m.persistStaleLogged(klog.FromContext(ctx))
+}
+
+// prunePodLocked forgets what is kept about a pod that holds nothing any
+// more.
+func (m *Manager) prunePodLocked(uid string) {
+	if !m.pods.HasPod(uid) {
+		delete(m.podRefs, uid)
+		delete(m.affinity, uid)
+	}
+}
+
+// allocateContainer allocates every device resource of container c.
+func (m *Manager) allocateContainer(ctx context.Context, tx *allocTxn, pod *v1.Pod, c *v1.Container) error {
+	reqs := containerRequests(pod, c)
+	if len(reqs) == 0 {
+		return nil
+	}
+	uid := string(pod.UID)
+	m.mu.Lock()
+	var affinity topology.BitMask
+	for _, rq := range reqs {
+		if m.pods.ContainerDevices(uid, c.Name, rq.resource) != nil {
+			continue
+		}
+		// New devices are to be chosen: the topology policy decides where.
+		aff, err := m.admitTopologyLocked(ctx, pod, c)
+		if err != nil {
+			m.mu.Unlock()
+			tx.worked = true
+			return err
+		}
+		affinity = aff
+		break
+	}
+	m.mu.Unlock()
+	for _, rq := range reqs {
+		if err := m.allocateResource(ctx, tx, pod, c.Name, rq, affinity); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allocateResource allocates the devices of one resource for a container:
+// reserve (devicesToAllocateLocked), Allocate RPC without the lock, commit.
+// On failure the reservation is rolled back.
+func (m *Manager) allocateResource(ctx context.Context, tx *allocTxn, pod *v1.Pod, container string, rq deviceRequest, affinity topology.BitMask) error {
+	logger := klog.FromContext(ctx).WithValues("resourceName", rq.resource)
+	uid := string(pod.UID)
+
+	m.mu.Lock()
+	ids, refresh, err := m.devicesToAllocateLocked(klog.NewContext(ctx, logger), pod, container, rq.resource, rq.count, affinity)
+	if err != nil {
+		m.pods.Rollback(uid, container, rq.resource)
+		m.mu.Unlock()
+		tx.worked = true
+		return err
+	}
+	if ids == nil {
+		m.mu.Unlock()
+		return nil
+	}
+	tx.worked = true
+	r := m.resources[rq.resource]
+	if r == nil {
+		m.pods.Rollback(uid, container, rq.resource)
+		m.mu.Unlock()
+		return &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errUnregisteredDevice, rq.resource)}
+	}
+	ep := r.primary
+	m.mu.Unlock()
+
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.AllocateTimeout)
+	start := time.Now()
+	resp, err := ep.allocate(rctx, ids)
+	cancel()
+	m.metrics.allocDuration.WithLabelValues(rq.resource).Observe(time.Since(start).Seconds())
+	switch {
+	case err != nil:
+		err = rpcAllocationError(ep, rq.resource, container, err)
+	case len(resp.GetContainerResponses()) == 0 || resp.GetContainerResponses()[0] == nil:
+		err = &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf(errNoContainerResponses, resp)}
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.pods.Rollback(uid, container, rq.resource)
+		return err
+	}
+	if cerr := m.pods.Commit(tx.pod, container, rq.resource, m.devicesPerNUMALocked(rq.resource, ids), resp.GetContainerResponses()[0]); cerr != nil {
+		m.pods.Rollback(uid, container, rq.resource)
+		return &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", rq.resource, container, cerr)}
+	}
+	m.podRefs[uid] = tx.pod
+	m.stateSeq++
+	tx.changed.Insert(rq.resource)
+	k := containerResource{container: container, resource: rq.resource}
+	if refresh {
+		tx.refreshed = append(tx.refreshed, k)
+	} else {
+		tx.added = append(tx.added, k)
+	}
+	logger.V(4).Info("Allocated devices", "deviceIDs", ids, "reallocation", refresh)
+	return nil
+}
+
+// rpcAllocationError classifies a failed Allocate RPC: a stopped endpoint is
+// an unavailable plugin; timeouts, cancellation and transport failures are
+// worth retrying; any other error the plugin returned is not.
+func rpcAllocationError(ep *endpoint, resource, container string, err error) error {
+	wrapped := fmt.Errorf("allocating %s for container %q: %w", resource, container, err)
+	switch {
+	case ep.isStopped():
+		return &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: wrapped}
+	case isTransientRPCError(err):
+		return &AllocationError{Reason: AllocationAllocateFailed, Retryable: true, Err: wrapped}
+	default:
+		return &AllocationError{Reason: AllocationAllocateFailed, Err: wrapped}
+	}
+}
+
+func isTransientRPCError(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// devicesToAllocateLocked is the kubelet's devicesToAllocate (§8.3), step
+// by step, for container of pod and required devices of resource, with the
+// topology affinity the policy chose. It returns the devices to pass to the
+// plugin's Allocate, nil if there is nothing to do, and whether this
+// re-allocates devices the container already holds (after a reboot).
+//
+// It is called with m.mu held and returns with it held, releasing it only
+// during GetPreferredAllocation. Each device is reserved for the container
+// as soon as it is picked, so nothing (another allocation, garbage
+// collection) can hand it to another pod while the lock is released; the
+// caller rolls the reservation back if an error is returned. After the RPC
+// every candidate is checked again against the current state.
+func (m *Manager) devicesToAllocateLocked(ctx context.Context, pod *v1.Pod, container, resource string, required int, affinity topology.BitMask) (ids []string, refresh bool, err error) {
+	uid := string(pod.UID)
+	needed := required
+	devices := m.pods.ContainerDevices(uid, container, resource)
+	if devices != nil {
+		needed -= devices.Len()
+		if needed != 0 {
+			return nil, false, &AllocationError{
+				Reason: AllocationAllocateFailed,
+				Err:    fmt.Errorf(errChangedRequest, uid, container, resource, devices.Len(), required),
+			}
+		}
+		// The container holds its devices. The kubelet skips a container the
+		// runtime reports running (a kubelet restart) and otherwise runs the
+		// checks below and returns without an RPC. The agent cannot see the
+		// runtime and allocates before containers exist: a held allocation is
+		// left alone, except one restored across a node reboot, whose plugin
+		// must see Allocate again.
+		if !m.isStaleLocked(uid, container, resource) {
+			return nil, false, nil
+		}
+	}
+	if m.rebuildPending {
+		return nil, false, &AllocationError{
+			Reason:    AllocationPluginUnavailable,
+			Retryable: true,
+			Err:       fmt.Errorf("allocating %s for container %q: %w", resource, container, errRebuildPending),
+		}
+	}
+
+	// The kubelet's health checks, in its order, before the needed == 0
+	// check (kubernetes #109595).
+	r := m.resources[resource]
+	if r == nil {
+		return nil, false, &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errUnregisteredDevice, resource)}
+	}
+	if r.healthy.Len() == 0 {
+		// kubernetes PR #139959: a resource whose plugin is not (yet)
+		// serving defers admission; a serving plugin with no healthy device
+		// refuses it.
+		if len(r.endpoints) == 0 || !r.reported {
+			return nil, false, &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errNoHealthyDevices, resource)}
+		}
+		return nil, false, &AllocationError{Reason: AllocationInsufficientDevices, Err: fmt.Errorf(errNoHealthyDevices, resource)}
+	}
+	if !r.healthy.IsSuperset(devices) {
+		return nil, false, &AllocationError{Reason: AllocationInsufficientDevices, Err: fmt.Errorf(errPreviouslyAllocated, resource)}
+	}
+	if needed == 0 {
+		ids := sets.List(devices)
+		if err := m.pods.Reserve(uid, container, resource, ids...); err != nil {
+			return nil, false, &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", resource, container, err)}
+		}
+		return ids, true, nil
+	}
+
+	p := &picker{store: m.pods, uid: uid, container: container, resource: resource, needed: needed, picked: sets.New[string]()}
+	result := func() ([]string, bool, error) {
+		if p.err != nil {
+			return nil, false, &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", resource, container, p.err)}
+		}
+		return p.order, false, nil
+	}
+	lessThanRequired := func() ([]string, bool, error) {
+		return nil, false, &AllocationError{Reason: AllocationInsufficientDevices, Retryable: true, Err: fmt.Errorf(errAllocatedLess, required, required-p.needed)}
+	}
+
+	// Reuse first: devices of the pod's earlier regular init containers.
+	if p.take(sets.List(m.reusableLocked(pod, container)[resource])) {
+		return result()
+	}
+
+	available := m.availableLocked(resource)
+	if available.Len() < p.needed {
+		return nil, false, &AllocationError{
+			Reason: AllocationInsufficientDevices,
+			Err:    fmt.Errorf(errDevicesUnavailable, resource, p.needed, available.Len()),
+		}
+	}
+
+	aligned, unaligned, noAffinity := m.filterByAffinityLocked(resource, available, affinity)
+
+	// If the aligned devices are more than enough, let the plugin choose
+	// among them. The RPC runs without the lock: afterwards the candidates
+	// are those still available (including aligned devices freed meanwhile),
+	// and the preferred ones are taken only if still aligned and available.
+	if p.needed < len(aligned) {
+		preferred := m.preferredAllocationLocked(ctx, resource, union(aligned, p.order), sets.List(p.picked), required)
+		alignedNow, _, _ := m.filterByAffinityLocked(resource, m.availableLocked(resource), affinity)
+		if p.take(filterIn(preferred, sets.New(alignedNow...))) || p.take(alignedNow) {
+			return result()
+		}
+		return lessThanRequired()
+	}
+
+	// Otherwise take every aligned device, then let the plugin choose the
+	// rest among all available ones, then fall back to unaligned devices and
+	// devices without topology.
+	if p.take(aligned) {
+		return result()
+	}
+	preferred := m.preferredAllocationLocked(ctx, resource, union(sets.List(available), p.order), sets.List(p.picked), required)
+	current := m.availableLocked(resource)
+	alignedNow, unaligned, noAffinity := m.filterByAffinityLocked(resource, current, affinity)
+	if p.take(filterIn(preferred, current)) || p.take(alignedNow) || p.take(unaligned) || p.take(noAffinity) {
+		return result()
+	}
+	return lessThanRequired()
+}
+
+// filterByAffinityLocked splits available devices of resource by the
+// affinity (topology.FilterByAffinity); without affinity every device is
+// without it, in ID order.
+func (m *Manager) filterByAffinityLocked(resource string, available sets.Set[string], affinity topology.BitMask) (aligned, unaligned, noAffinity []string) {
+	if affinity.IsEmpty() {
+		return nil, nil, sets.List(available)
+	}
+	return topology.FilterByAffinity(m.deviceNodesLocked(resource), available, affinity)
+}
+
+// picker collects and reserves the devices of one allocation.
+type picker struct {
+	store                    *poddevices.Store
+	uid, container, resource string
+	needed                   int
+	picked                   sets.Set[string]
+	order                    []string
+	err                      error
+}
+
+// take picks devices from candidates, in order, until none is needed, and
+// reserves them. It reports whether it is done: nothing needed any more, or
+// the reservation failed (p.err).
+func (p *picker) take(candidates []string) bool {
+	var batch []string
+	for _, id := range candidates {
+		if p.needed == 0 {
+			break
+		}
+		if p.picked.Has(id) {
+			continue
+		}
+		p.picked.Insert(id)
+		batch = append(batch, id)
+		p.needed--
+	}
+	if len(batch) > 0 {
+		if err := p.store.Reserve(p.uid, p.container, p.resource, batch...); err != nil {
+			p.err = err
+			return true
+		}
+		p.order = append(p.order, batch...)
+	}
+	return p.needed == 0
+}
+
+// union returns the sorted union of two lists.
+func union(a, b []string) []string {
+	return sets.List(sets.New(a...).Insert(b...))
+}
+
+// filterIn returns the elements of list that are in set, in list's order.
+func filterIn(list []string, set sets.Set[string]) []string {
+	var out []string
+	for _, id := range list {
+		if set.Has(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// availableLocked returns the devices of resource that can be picked: healthy,
+// not cordoned, not held or reserved by anyone (this container's own
+// reservations included, which the picker already has).
+func (m *Manager) availableLocked(resource string) sets.Set[string] {
+	r := m.resources[resource]
+	if r == nil {
+		return sets.New[string]()
+	}
+	inUse, cordoned := m.pods.Devices()[resource], m.cordons[resource]
+	out := make(sets.Set[string], r.healthy.Len())
+	for id := range r.healthy {
+		if !inUse.Has(id) && !cordoned.Has(id) {
+			out.Insert(id)
+		}
+	}
+	return out
+}
+
+// deviceNodesLocked returns every reported device of resource with its NUMA
+// nodes.
+func (m *Manager) deviceNodesLocked(resource string) topology.DeviceNodes {
+	r := m.resources[resource]
+	if r == nil {
+		return nil
+	}
+	out := make(topology.DeviceNodes, len(r.devices))
+	for id, d := range r.devices {
+		var nodes []int
+		for _, n := range d.numaNodes {
+			nodes = append(nodes, int(n))
+		}
+		out[id] = nodes
+	}
+	return out
+}
+
+// devicesPerNUMALocked groups ids by NUMA node as the kubelet records them:
+// a device under each of its nodes, or under -1 without topology (or if the
+// plugin no longer reports it).
+func (m *Manager) devicesPerNUMALocked(resource string, ids []string) map[int64][]string {
+	out := make(map[int64][]string)
+	var devs map[string]*device
+	if r := m.resources[resource]; r != nil {
+		devs = r.devices
+	}
+	for _, id := range ids {
+		d := devs[id]
+		if d == nil || len(d.numaNodes) == 0 {
+			out[poddevices.NodeWithoutTopology] = append(out[poddevices.NodeWithoutTopology], id)
+			continue
+		}
+		for _, n := range d.numaNodes {
+			out[n] = append(out[n], id)
+		}
+	}
+	return out
+}
+
+// preferredAllocationLocked asks the resource's plugin, if it offers
+// GetPreferredAllocation, which devices it prefers, with the kubelet's
+// arguments. It releases m.mu during the RPC. A failure or a timeout
+// (Config.PreferredAllocationTimeout) is logged and answered with no
+// preference, so the manager chooses (the kubelet fails the allocation).
+func (m *Manager) preferredAllocationLocked(ctx context.Context, resource string, available, mustInclude []string, size int) []string {
+	r := m.resources[resource]
+	if r == nil || !r.primary.opts().GetGetPreferredAllocationAvailable() {
+		return nil
+	}
+	ep := r.primary
+	m.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.PreferredAllocationTimeout)
+	resp, err := ep.getPreferredAllocation(rctx, available, mustInclude, size)
+	cancel()
+	m.mu.Lock()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Device plugin GetPreferredAllocation failed; choosing the devices without its preference")
+		return nil
+	}
+	if len(resp.GetContainerResponses()) == 0 {
+		return nil
+	}
+	return resp.GetContainerResponses()[0].GetDeviceIDs()
+}
+
+// reusableLocked returns, per resource, the devices of the pod that
+// container may reuse: the kubelet's devicesToReuse as it stands when that
+// container is allocated. Walking the containers before it in the kubelet's
+// order, a regular init container's devices join the pool, a sidecar's and
+// an app container's leave it. It is computed from the committed state, so
+// it does not depend on the calls made before.
+func (m *Manager) reusableLocked(pod *v1.Pod, container string) map[string]sets.Set[string] {
+	uid := string(pod.UID)
+	reuse := make(map[string]sets.Set[string])
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name == container {
+			return reuse
+		}
+		if isRestartableInitContainer(c) {
+			m.pods.RemoveContainerAllocatedResources(uid, c.Name, reuse)
+		} else {
+			m.pods.AddContainerAllocatedResources(uid, c.Name, reuse)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if c.Name == container {
+			return reuse
+		}
+		m.pods.RemoveContainerAllocatedResources(uid, c.Name, reuse)
+	}
+	return reuse
+}

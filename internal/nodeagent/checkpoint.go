@@ -1,0 +1,540 @@
+package nodeagent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
+)
+
+// reallocateSuffix names the file, next to the checkpoint, that lists the
+// allocations restored across a node reboot whose plugin Allocate has not
+// run again yet (see RestoreCheckpoint).
+const reallocateSuffix = ".reallocate"
+
+// errAlreadyRestored refuses a second restore: the state is live.
+var errAlreadyRestored = errors.New("the checkpoint was already restored (RestoreCheckpoint runs once, before Start)")
+
+// RestoreResult is what RestoreCheckpoint found.
+type RestoreResult struct {
+	// Rebooted is true when the checkpoint was written during an earlier
+	// boot of the node: no container that held its devices is running.
+	Rebooted bool
+	// Allocations is the number of pods whose allocations were restored.
+	Allocations int
+	// BootID is the boot ID recorded in the checkpoint that was read; empty
+	// when there was none (or it was corrupt).
+	BootID string
+	// CurrentBootID is the node's boot ID now, which the next write records.
+	CurrentBootID string
+}
+
+// defaultAllocationConfig fills in the allocation defaults of cfg and checks
+// its topology settings.
+func defaultAllocationConfig(cfg *Config) error {
+	if cfg.CheckpointPath == "" {
+		cfg.CheckpointPath = filepath.Join(cfg.PluginDir, checkpoint.DefaultFileName)
+	}
+	if cfg.BootIDPath == "" {
+		cfg.BootIDPath = checkpoint.DefaultBootIDPath
+	}
+	if cfg.SysRoot == "" {
+		cfg.SysRoot = "/"
+	}
+	if cfg.TopologyPolicy == "" {
+		cfg.TopologyPolicy = topology.PolicyNone
+	}
+	if _, err := topology.ParsePolicy(string(cfg.TopologyPolicy)); err != nil {
+		return fmt.Errorf("creating device manager: %w", err)
+	}
+	if cfg.TopologyScope == "" {
+		cfg.TopologyScope = topology.ScopeContainer
+	}
+	if _, err := topology.ParseScope(string(cfg.TopologyScope)); err != nil {
+		return fmt.Errorf("creating device manager: %w", err)
+	}
+	if cfg.AllocateTimeout <= 0 {
+		cfg.AllocateTimeout = defaultAllocateTimeout
+	}
+	if cfg.PreferredAllocationTimeout <= 0 {
+		cfg.PreferredAllocationTimeout = defaultGetPreferredAllocationTimeout
+	}
+	if cfg.PreStartTimeout <= 0 {
+		cfg.PreStartTimeout = defaultPreStartContainerTimeout
+	}
+	return nil
+}
+
+// checkpointStoresLocked opens the checkpoint and reallocation files on
+// first use (this reads the boot ID and creates the directory). The caller
+// holds m.ckptMu.
+func (m *Manager) checkpointStoresLocked() (*checkpoint.Store, *checkpoint.Store, error) {
+	if m.ckptStore != nil {
+		return m.ckptStore, m.staleStore, nil
+	}
+	opts := checkpoint.Options{BootIDPath: m.cfg.BootIDPath, Clock: m.clock}
+	main, err := checkpoint.New(m.cfg.CheckpointPath, opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening device manager checkpoint: %w", err)
+	}
+	stale, err := checkpoint.New(m.cfg.CheckpointPath+reallocateSuffix, opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening device manager checkpoint: %w", err)
+	}
+	m.ckptStore, m.staleStore = main, stale
+	return main, stale, nil
+}
+
+// persist makes the state as of the call durable: it writes the checkpoint
+// (fsync'd) unless a write that started after the call already covered it.
+// Concurrent callers thus share writes (group commit) and never hold m.mu
+// during the disk I/O. Before the checkpoint was restored it writes nothing,
+// so a file not read yet is never overwritten.
+func (m *Manager) persist() error {
+	m.mu.Lock()
+	target, restored := m.stateSeq, m.restored
+	m.mu.Unlock()
+	if !restored {
+		return nil
+	}
+	m.ckptMu.Lock()
+	defer m.ckptMu.Unlock()
+	if m.ckptWritten >= target {
+		return nil
+	}
+	store, _, err := m.checkpointStoresLocked()
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	state, seq := m.checkpointStateLocked(), m.stateSeq
+	m.mu.Unlock()
+	if err := store.Write(state); err != nil {
+		m.metrics.checkpointWrites.WithLabelValues(resultError).Inc()
+		return err
+	}
+	m.metrics.checkpointWrites.WithLabelValues(resultSuccess).Inc()
+	m.ckptWritten = seq
+	m.mu.Lock()
+	m.ckptInfo = CheckpointInfo{BootID: store.BootID(), LastWrite: m.clock.Now()}
+	m.mu.Unlock()
+	return nil
+}
+
+// persistLogged is persist for callers with nobody to return the error to.
+func (m *Manager) persistLogged(logger klog.Logger) {
+	if err := m.persist(); err != nil {
+		logger.Error(err, "Writing the device manager checkpoint")
+	}
+}
+
+// checkpointStateLocked is what the checkpoint records: every committed
+// allocation, and every resource with the IDs of all its devices (the
+// kubelet records the healthy ones only and rewrites on every health
+// change; the IDs serve only to restore the resource).
+func (m *Manager) checkpointStateLocked() checkpoint.State {
+	entries := m.pods.Entries()
+	state := checkpoint.State{
+		Entries:           make([]checkpoint.Entry, 0, len(entries)),
+		RegisteredDevices: make(map[string][]string, len(m.resources)),
+	}
+	for _, e := range entries {
+		state.Entries = append(state.Entries, checkpoint.Entry{
+			PodUID:        e.PodUID,
+			PodNamespace:  e.PodNamespace,
+			PodName:       e.PodName,
+			ContainerName: e.ContainerName,
+			ResourceName:  e.ResourceName,
+			DeviceIDs:     e.DeviceIDs,
+			AllocResp:     e.AllocResp,
+		})
+	}
+	for name, r := range m.resources {
+		state.RegisteredDevices[name] = sets.List(r.registeredIDs())
+	}
+	return state
+}
+
+// storeEntries converts checkpoint entries for the poddevices Store.
+func storeEntries(in []checkpoint.Entry) []poddevices.Entry {
+	out := make([]poddevices.Entry, 0, len(in))
+	for _, e := range in {
+		out = append(out, poddevices.Entry{
+			PodUID:        e.PodUID,
+			PodNamespace:  e.PodNamespace,
+			PodName:       e.PodName,
+			ContainerName: e.ContainerName,
+			ResourceName:  e.ResourceName,
+			DeviceIDs:     e.DeviceIDs,
+			AllocResp:     e.AllocResp,
+		})
+	}
+	return out
+}
+
+// restoreEntriesLocked adds entries to the committed state and returns the
+// keys restored, the resources they touch, and the error of those skipped.
+func (m *Manager) restoreEntriesLocked(entries []poddevices.Entry) (restored []poddevices.Entry, resources sets.Set[string], err error) {
+	_, err = m.pods.FromEntries(entries)
+	resources = sets.New[string]()
+	for _, e := range entries {
+		if m.pods.ContainerDevices(e.PodUID, e.ContainerName, e.ResourceName) == nil {
+			continue // skipped, reported in err
+		}
+		restored = append(restored, e)
+		resources.Insert(e.ResourceName)
+		m.podRefs[e.PodUID] = poddevices.PodRef{UID: e.PodUID, Namespace: e.PodNamespace, Name: e.PodName}
+	}
+	m.stateSeq++
+	if resources.Len() > 0 {
+		m.notifyLocked(sets.List(resources)...)
+	}
+	return restored, resources, err
+}
+
+// RestoreCheckpoint reads the checkpoint and restores its allocations and
+// its resources (RestoreRegisteredResources: unallocatable until their
+// plugin registers again; a pod asking for one meanwhile gets a retryable
+// PluginUnavailable refusal). Call it once, before Start (Start calls it
+// otherwise).
+//
+// No checkpoint: empty state, no error. A corrupt checkpoint: the file is
+// quarantined, kubedevice_checkpoint_corrupt_total counted, and the error
+// returned wraps the *checkpoint.CorruptError (errors.As works); the state is
+// left empty and allocation is refused (retryable) until RestoreAllocations
+// rebuilds it, so no device a lost allocation held is handed to another pod.
+//
+// When the checkpoint was written during an earlier boot (Rebooted), no
+// container is running any more: the restored allocations keep their
+// devices for their pods, but the plugin must see Allocate again, so
+// AllocatePod (or Allocate) for such a pod runs Allocate with the same
+// device IDs and replaces the recorded response. Which allocations still
+// wait for that is itself kept in a file next to the checkpoint
+// (<checkpoint>.reallocate), so an agent restart before it happened (the
+// checkpoint then carries the new boot ID) does not forget it.
+func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) {
+	logger := klog.FromContext(ctx)
+	m.mu.Lock()
+	if m.restored {
+		m.mu.Unlock()
+		return RestoreResult{}, fmt.Errorf("restoring device manager checkpoint: %w", errAlreadyRestored)
+	}
+	m.restored = true
+	m.mu.Unlock()
+
+	m.ckptMu.Lock()
+	store, staleStore, err := m.checkpointStoresLocked()
+	m.ckptMu.Unlock()
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restoring device manager checkpoint: %w", err)
+	}
+	res := RestoreResult{CurrentBootID: store.BootID()}
+	cp, err := store.Read()
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		logger.Info("No device manager checkpoint; starting with no allocations", "path", store.Path())
+		return res, nil
+	}
+	if err != nil {
+		var cerr *checkpoint.CorruptError
+		if errors.As(err, &cerr) {
+			m.metrics.checkpointCorrupt.WithLabelValues(string(cerr.Reason)).Inc()
+			m.mu.Lock()
+			m.rebuildPending = true
+			m.mu.Unlock()
+		}
+		return res, fmt.Errorf("restoring device manager checkpoint: %w", err)
+	}
+	res.BootID, res.Rebooted = cp.BootID, cp.Rebooted
+
+	var stale []poddevices.Entry
+	if !cp.Rebooted {
+		stale = m.readStaleMarks(logger, staleStore)
+	}
+
+	m.mu.Lock()
+	restored, _, ferr := m.restoreEntriesLocked(storeEntries(cp.State.Entries))
+	if cp.Rebooted {
+		stale = restored
+	}
+	for _, e := range stale {
+		if m.pods.ContainerDevices(e.PodUID, e.ContainerName, e.ResourceName) != nil {
+			m.markStaleLocked(e.PodUID, e.ContainerName, e.ResourceName)
+		}
+	}
+	res.Allocations = m.pods.Pods().Len()
+	m.ckptInfo = CheckpointInfo{BootID: cp.BootID, LastWrite: cp.WrittenAt}
+	m.mu.Unlock()
+
+	m.RestoreRegisteredResources(cp.State.RegisteredDevices)
+	if ferr != nil {
+		logger.Error(ferr, "Skipped allocations of the checkpoint that cannot be restored")
+	}
+	if cp.Rebooted {
+		m.persistStaleLogged(logger)
+	}
+	logger.Info("Restored device manager checkpoint", "path", store.Path(), "pods", res.Allocations,
+		"bootID", cp.BootID, "writtenAt", cp.WrittenAt, "rebooted", cp.Rebooted)
+	return res, nil
+}
+
+// readStaleMarks returns the allocations the reallocation file lists. If it
+// is corrupt (quarantined) every restored allocation is treated as stale:
+// running Allocate again is safe, skipping it after a reboot is not.
+func (m *Manager) readStaleMarks(logger klog.Logger, staleStore *checkpoint.Store) []poddevices.Entry {
+	cp, err := staleStore.Read()
+	switch {
+	case errors.Is(err, checkpoint.ErrNotFound):
+		return nil
+	case err != nil:
+		logger.Error(err, "Reading the list of allocations to run Allocate for again; doing it for every restored allocation")
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		all := m.pods.Entries()
+		return all
+	}
+	return storeEntries(cp.State.Entries)
+}
+
+// persistStaleLogged writes the reallocation file: the allocations restored
+// across a reboot whose Allocate has not run again.
+func (m *Manager) persistStaleLogged(logger klog.Logger) {
+	m.ckptMu.Lock()
+	defer m.ckptMu.Unlock()
+	_, staleStore, err := m.checkpointStoresLocked()
+	if err == nil {
+		m.mu.Lock()
+		var state checkpoint.State
+		for uid, containers := range m.stale {
+			for container, resources := range containers {
+				for resource := range resources {
+					state.Entries = append(state.Entries, checkpoint.Entry{PodUID: uid, ContainerName: container, ResourceName: resource})
+				}
+			}
+		}
+		m.mu.Unlock()
+		slices.SortFunc(state.Entries, func(a, b checkpoint.Entry) int {
+			return cmp.Or(cmp.Compare(a.PodUID, b.PodUID), cmp.Compare(a.ContainerName, b.ContainerName), cmp.Compare(a.ResourceName, b.ResourceName))
+		})
+		err = staleStore.Write(state)
+	}
+	if err != nil {
+		logger.Error(err, "Writing the list of allocations to run Allocate for again")
+	}
+}
+
+func (m *Manager) isStaleLocked(uid, container, resource string) bool {
+	return m.stale[uid][container].Has(resource)
+}
+
+func (m *Manager) markStaleLocked(uid, container, resource string) {
+	containers := m.stale[uid]
+	if containers == nil {
+		containers = make(map[string]sets.Set[string])
+		m.stale[uid] = containers
+	}
+	if containers[container] == nil {
+		containers[container] = sets.New[string]()
+	}
+	containers[container].Insert(resource)
+}
+
+func (m *Manager) unmarkStaleLocked(uid, container, resource string) {
+	containers := m.stale[uid]
+	containers[container].Delete(resource)
+	if containers[container].Len() == 0 {
+		delete(containers, container)
+	}
+	if len(containers) == 0 {
+		delete(m.stale, uid)
+	}
+}
+
+// RestoreAllocations rebuilds the committed allocations from their mirror
+// (the DeviceAllocation objects) after RestoreCheckpoint found the
+// checkpoint corrupt, writes a fresh checkpoint, and then lets allocation
+// resume. Call it with an empty list if there is nothing to rebuild.
+//
+// The objects keep each container's merged runtime options, not each
+// plugin's response, so the response of a container's first resource (by
+// name, the first one merged) is synthesized from RuntimeOptions and its
+// other resources get empty responses: the merged options come out the
+// same. Devices are placed on their NUMA node from the plugin's report when
+// the resource is known, else on the resource's only NUMA node, else under
+// "no topology". The resources of the allocations are restored as awaiting
+// their plugin (RestoreRegisteredResources). Whether the node rebooted
+// cannot be told from the objects: the plugins' Allocate is not run again.
+//
+// Allocations that cannot be restored (no device, empty names, a device
+// another pod holds) are skipped and reported in the error; the others are
+// restored. If the checkpoint cannot be written, allocation stays refused
+// and the call may be repeated.
+func (m *Manager) RestoreAllocations(allocs []PodAllocation) error {
+	var errs []error
+	var entries []poddevices.Entry
+	registered := make(map[string]sets.Set[string])
+	m.mu.Lock()
+	for _, pa := range allocs {
+		for _, ca := range pa.Containers {
+			resources := slices.Clone(ca.Resources)
+			slices.SortFunc(resources, func(a, b ResourceAllocation) int { return strings.Compare(a.ResourceName, b.ResourceName) })
+			for i, ra := range resources {
+				if pa.PodUID == "" || ca.Name == "" || ra.ResourceName == "" {
+					errs = append(errs, fmt.Errorf("restoring devices of %s for pod %q container %q: empty pod UID, container or resource name", ra.ResourceName, pa.PodUID, ca.Name))
+					continue
+				}
+				resp := &pluginapi.ContainerAllocateResponse{}
+				if i == 0 {
+					resp = responseFromOptions(ca.RuntimeOptions)
+				}
+				raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("restoring devices of %s for pod %q container %q: %w", ra.ResourceName, pa.PodUID, ca.Name, err))
+					continue
+				}
+				entries = append(entries, poddevices.Entry{
+					PodUID:        pa.PodUID,
+					PodNamespace:  pa.Namespace,
+					PodName:       pa.Name,
+					ContainerName: ca.Name,
+					ResourceName:  ra.ResourceName,
+					DeviceIDs:     m.numaPlacementLocked(ra),
+					AllocResp:     raw,
+				})
+				if registered[ra.ResourceName] == nil {
+					registered[ra.ResourceName] = sets.New[string]()
+				}
+				registered[ra.ResourceName].Insert(ra.DeviceIDs...)
+			}
+		}
+	}
+	m.restored = true
+	restored, _, ferr := m.restoreEntriesLocked(entries)
+	m.mu.Unlock()
+	if ferr != nil {
+		errs = append(errs, ferr)
+	}
+
+	ids := make(map[string][]string, len(registered))
+	for r, set := range registered {
+		ids[r] = sets.List(set)
+	}
+	m.RestoreRegisteredResources(ids)
+
+	if err := m.persist(); err != nil {
+		errs = append(errs, fmt.Errorf("writing the rebuilt checkpoint: %w", err))
+	} else {
+		m.mu.Lock()
+		m.rebuildPending = false
+		m.mu.Unlock()
+	}
+	m.logger.Info("Rebuilt the device allocations", "pods", len(allocs), "allocations", len(restored), "skipped", len(entries)-len(restored))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("rebuilding device allocations: %w", err)
+	}
+	return nil
+}
+
+// numaPlacementLocked places the devices of ra on NUMA nodes (see
+// RestoreAllocations).
+func (m *Manager) numaPlacementLocked(ra ResourceAllocation) map[int64][]string {
+	out := make(map[int64][]string)
+	var devs map[string]*device
+	if r := m.resources[ra.ResourceName]; r != nil {
+		devs = r.devices
+	}
+	for _, id := range ra.DeviceIDs {
+		switch d := devs[id]; {
+		case d != nil && len(d.numaNodes) > 0:
+			for _, n := range d.numaNodes {
+				out[n] = append(out[n], id)
+			}
+		case len(ra.NUMANodes) == 1:
+			out[ra.NUMANodes[0]] = append(out[ra.NUMANodes[0]], id)
+		default:
+			out[poddevices.NodeWithoutTopology] = append(out[poddevices.NodeWithoutTopology], id)
+		}
+	}
+	return out
+}
+
+// responseFromOptions turns merged runtime options back into one Allocate
+// response that merges to the same options.
+func responseFromOptions(o *poddevices.RunContainerOptions) *pluginapi.ContainerAllocateResponse {
+	resp := &pluginapi.ContainerAllocateResponse{}
+	if o == nil {
+		return resp
+	}
+	for _, e := range o.Envs {
+		if resp.Envs == nil {
+			resp.Envs = make(map[string]string, len(o.Envs))
+		}
+		resp.Envs[e.Name] = e.Value
+	}
+	for _, mnt := range o.Mounts {
+		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: mnt.ContainerPath, HostPath: mnt.HostPath, ReadOnly: mnt.ReadOnly})
+	}
+	for _, d := range o.Devices {
+		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: d.ContainerPath, HostPath: d.HostPath, Permissions: d.Permissions})
+	}
+	for _, a := range o.Annotations {
+		if resp.Annotations == nil {
+			resp.Annotations = make(map[string]string, len(o.Annotations))
+		}
+		resp.Annotations[a.Key] = a.Value
+	}
+	for _, c := range o.CDIDevices {
+		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: c})
+	}
+	return resp
+}
+
+// ImportKubeletCheckpoint imports the kubelet's device manager checkpoint
+// (kubelet_internal_checkpoint, checksum verified) to migrate a node from
+// the kubelet's device manager: its allocations are restored and its
+// resources restored as awaiting their plugin, then the checkpoint is
+// written. The kubelet does not record pods' namespaces and names, so those
+// allocations have empty ones (in PodAllocations and holders) until they
+// end. The kubelet's file is never moved or modified. Allocations that
+// conflict with the manager's own are skipped and reported in the error.
+func (m *Manager) ImportKubeletCheckpoint(path string) error {
+	state, err := checkpoint.ReadKubeletFile(path)
+	if err != nil {
+		var cerr *checkpoint.CorruptError
+		if errors.As(err, &cerr) {
+			m.metrics.checkpointCorrupt.WithLabelValues(string(cerr.Reason)).Inc()
+		}
+		return fmt.Errorf("importing kubelet checkpoint: %w", err)
+	}
+	m.mu.Lock()
+	m.restored = true
+	restored, _, ferr := m.restoreEntriesLocked(storeEntries(state.Entries))
+	m.mu.Unlock()
+	m.RestoreRegisteredResources(state.RegisteredDevices)
+	werr := m.persist()
+	m.logger.Info("Imported the kubelet's device checkpoint", "path", path, "allocations", len(restored), "skipped", len(state.Entries)-len(restored))
+	if err := errors.Join(ferr, werr); err != nil {
+		return fmt.Errorf("importing kubelet checkpoint %s: %w", path, err)
+	}
+	return nil
+}
+
+// CheckpointInfo returns the provenance of the checkpoint on disk: the boot
+// ID it records and when it was written (by this process, or as read by
+// RestoreCheckpoint).
+func (m *Manager) CheckpointInfo() CheckpointInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ckptInfo
+}

@@ -1,0 +1,73 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+)
+
+// UpdateAllocatedDevices frees the devices of every pod that is not in
+// activePods (the kubelet's non-terminal pods that are not fully
+// terminated), as the kubelet's UpdateAllocatedDevices, and, unlike it,
+// writes the checkpoint when anything was freed, so a freed allocation does
+// not come back after a restart. Allocations in flight are never freed:
+// their own transaction commits or rolls them back, and a commit for a pod
+// that is gone is freed by the next call.
+//
+// The pods freed lose their topology affinity and reboot marks; subscribers
+// hear of the resources whose devices were freed. The error is that of the
+// checkpoint write; the devices are free in memory either way.
+func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.Pod) error {
+	logger := klog.FromContext(ctx)
+	active := sets.New[string]()
+	for _, p := range activePods {
+		active.Insert(string(p.UID))
+	}
+
+	m.mu.Lock()
+	gone := m.pods.Pods().Difference(active)
+	changed := sets.New[string]()
+	if gone.Len() > 0 {
+		for _, e := range m.pods.Entries() {
+			if gone.Has(e.PodUID) {
+				changed.Insert(e.ResourceName)
+			}
+		}
+	}
+	freed := m.pods.Delete(sets.List(gone)...)
+	staleChanged := false
+	for uid := range m.stale {
+		if !active.Has(uid) && !m.pods.HasPod(uid) {
+			delete(m.stale, uid)
+			staleChanged = true
+		}
+	}
+	for uid := range m.affinity {
+		if !active.Has(uid) {
+			delete(m.affinity, uid)
+		}
+	}
+	for uid := range gone {
+		m.prunePodLocked(uid)
+	}
+	if freed > 0 {
+		m.stateSeq++
+		m.notifyLocked(sets.List(changed)...)
+	}
+	m.mu.Unlock()
+
+	if freed == 0 {
+		return nil
+	}
+	logger.V(2).Info("Freed the devices of pods that are no longer active", "pods", sets.List(gone), "allocations", freed)
+	if staleChanged {
+		m.persistStaleLogged(logger)
+	}
+	if err := m.persist(); err != nil {
+		return fmt.Errorf("freeing the devices of %d inactive pods: %w", gone.Len(), err)
+	}
+	return nil
+}

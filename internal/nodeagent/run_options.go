@@ -1,0 +1,98 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
+)
+
+// GetDeviceRunContainerOptions returns what container needs at creation to
+// use its devices: the plugins' Allocate responses of its resources merged
+// with the kubelet's rules (poddevices.RunContainerOptions, deterministic;
+// conflicts are logged), or nil if it holds no device. As the kubelet's
+// (§8.6), it first calls PreStartContainer for every resource whose plugin
+// asks for it, with the container's devices, and returns the kubelet's error
+// if that fails.
+//
+// A container of a pod that has not finished and is missing devices it asks
+// for (or whose allocation was restored across a node reboot) is allocated
+// first (Allocate), as the kubelet re-allocates on this path; unlike the
+// kubelet, that happens before PreStartContainer, so a plugin that requires
+// it sees the new devices. A finished pod (Succeeded or Failed) is never
+// allocated again.
+func (m *Manager) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.Pod, container *v1.Container) (*poddevices.RunContainerOptions, error) {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod), "podUID", pod.UID, "containerName", container.Name)
+	ctx = klog.NewContext(ctx, logger)
+	uid := string(pod.UID)
+	reqs := containerRequests(pod, container)
+
+	if !isTerminal(pod) {
+		m.mu.Lock()
+		missing := false
+		for _, rq := range reqs {
+			if m.pods.ContainerDevices(uid, container.Name, rq.resource) == nil || m.isStaleLocked(uid, container.Name, rq.resource) {
+				missing = true
+				break
+			}
+		}
+		m.mu.Unlock()
+		if missing {
+			if err := m.Allocate(ctx, pod, container); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	for _, rq := range reqs {
+		if err := m.callPreStartContainerIfNeeded(ctx, uid, container.Name, rq.resource); err != nil {
+			return nil, err
+		}
+	}
+
+	m.mu.Lock()
+	opts, conflicts := m.pods.RunContainerOptions(uid, container.Name)
+	m.mu.Unlock()
+	for _, c := range conflicts {
+		logger.Info("Device plugins set a container setting differently; keeping the first",
+			"kind", c.Kind, "key", c.Key, "keptResource", c.KeptResource, "keptValue", c.KeptValue,
+			"droppedResource", c.DroppedResource, "droppedValue", c.DroppedValue)
+	}
+	return opts, nil
+}
+
+// callPreStartContainerIfNeeded is the kubelet's function of the same name:
+// PreStartContainer with the container's devices of resource, if the
+// resource's plugin requires it, bounded by Config.PreStartTimeout.
+func (m *Manager) callPreStartContainerIfNeeded(ctx context.Context, uid, container, resource string) error {
+	m.mu.Lock()
+	r := m.resources[resource]
+	devs := m.pods.ContainerDevices(uid, container, resource)
+	if r == nil {
+		m.mu.Unlock()
+		if devs == nil {
+			// Not a device plugin resource: the kubelet skips it.
+			return nil
+		}
+		return fmt.Errorf(errEndpointNotFound, resource)
+	}
+	ep := r.primary
+	m.mu.Unlock()
+	if !ep.opts().GetPreStartRequired() {
+		return nil
+	}
+	if devs == nil {
+		return fmt.Errorf(errNoDevicesForPreStart, uid, container, resource)
+	}
+	klog.FromContext(ctx).V(4).Info("Calling PreStartContainer", "resourceName", resource, "deviceIDs", sets.List(devs))
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.PreStartTimeout)
+	defer cancel()
+	if err := ep.preStartContainer(rctx, sets.List(devs)); err != nil {
+		return fmt.Errorf(errPreStartContainerCall, err)
+	}
+	return nil
+}

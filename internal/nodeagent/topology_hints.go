@@ -1,0 +1,162 @@
+package nodeagent
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
+)
+
+// GetTopologyHints returns the NUMA topology hints of every device plugin
+// resource container asks for, as the kubelet's hint provider
+// (GetTopologyHints, §9): nil for a resource without topology (no
+// preference), [] when the request cannot be met, hints regenerated from the
+// devices when the container already holds them. Unknown resources are
+// left out. Hints are sorted, preferred and narrowest first.
+//
+// Unlike the kubelet, it does not garbage-collect first (the caller owns the
+// list of active pods, see UpdateAllocatedDevices), and cordoned devices are
+// not available.
+func (m *Manager) GetTopologyHints(pod *v1.Pod, container *v1.Container) map[string][]topology.TopologyHint {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.containerHintsLocked(pod, container)
+}
+
+// GetPodTopologyHints returns the hints of the pod as a whole (topology
+// scope pod), as the kubelet's GetPodTopologyHints: the request of each
+// resource is the pod's effective limit (resourcehelper.PodLimits: the
+// larger of the largest init container and the sum of the app containers,
+// with the sidecar rules), the allocated devices are those of the whole pod,
+// and nothing is reusable.
+func (m *Manager) GetPodTopologyHints(pod *v1.Pod) map[string][]topology.TopologyHint {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.podHintsLocked(pod)
+}
+
+func (m *Manager) containerHintsLocked(pod *v1.Pod, c *v1.Container) map[string][]topology.TopologyHint {
+	uid := string(pod.UID)
+	hints := make(map[string][]topology.TopologyHint)
+	var reuse map[string]sets.Set[string]
+	for _, rq := range containerRequests(pod, c) {
+		if m.resources[rq.resource] == nil {
+			continue
+		}
+		devs := m.deviceNodesLocked(rq.resource)
+		if !devs.HasTopology() {
+			hints[rq.resource] = nil
+			continue
+		}
+		if reuse == nil {
+			reuse = m.reusableLocked(pod, c.Name)
+		}
+		h := topology.ResourceHints(topology.HintInput{
+			MachineNodes: m.numaNodes,
+			Devices:      devs,
+			Available:    m.availableLocked(rq.resource),
+			Reusable:     reuse[rq.resource],
+			Allocated:    m.pods.ContainerDevices(uid, c.Name, rq.resource),
+			Request:      rq.count,
+		})
+		topology.SortHints(h)
+		hints[rq.resource] = h
+	}
+	return hints
+}
+
+func (m *Manager) podHintsLocked(pod *v1.Pod) map[string][]topology.TopologyHint {
+	uid := string(pod.UID)
+	hints := make(map[string][]topology.TopologyHint)
+	for _, rq := range podRequests(pod) {
+		if m.resources[rq.resource] == nil {
+			continue
+		}
+		devs := m.deviceNodesLocked(rq.resource)
+		if !devs.HasTopology() {
+			hints[rq.resource] = nil
+			continue
+		}
+		h := topology.ResourceHints(topology.HintInput{
+			MachineNodes: m.numaNodes,
+			Devices:      devs,
+			Available:    m.availableLocked(rq.resource),
+			Allocated:    m.pods.PodDevices(uid, rq.resource),
+			Request:      rq.count,
+		})
+		topology.SortHints(h)
+		hints[rq.resource] = h
+	}
+	return hints
+}
+
+// podRequests returns the pod-level request of each extended resource, as
+// the kubelet's getPodDeviceRequest: resourcehelper.PodLimits without the
+// pod overhead. Zero requests are left out, as in containerRequests.
+func podRequests(pod *v1.Pod) []deviceRequest {
+	var out []deviceRequest
+	for name, q := range resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{ExcludeOverhead: true}) {
+		resource := string(name)
+		if !registration.IsExtendedResourceName(resource) {
+			continue
+		}
+		if n := q.Value(); n > 0 {
+			out = append(out, deviceRequest{resource: resource, count: int(n)})
+		}
+	}
+	slices.SortFunc(out, func(a, b deviceRequest) int { return strings.Compare(a.resource, b.resource) })
+	return out
+}
+
+// admitTopologyLocked applies the topology policy to container c of pod,
+// as the topology manager does at admission, and returns the NUMA affinity
+// to allocate with (empty: no preference). Container scope merges the
+// container's hints; pod scope merges the pod's hints once and gives every
+// container the same affinity. Policy none admits without affinity.
+// restricted and single-numa-node refuse an unaligned allocation with the
+// kubelet's TopologyAffinityError.
+func (m *Manager) admitTopologyLocked(ctx context.Context, pod *v1.Pod, c *v1.Container) (topology.BitMask, error) {
+	policy, scope := m.cfg.TopologyPolicy, m.cfg.TopologyScope
+	if policy == topology.PolicyNone {
+		return 0, nil
+	}
+	logger := klog.FromContext(ctx)
+	uid := string(pod.UID)
+	var hints map[string][]topology.TopologyHint
+	if scope == topology.ScopePod {
+		if aff, ok := m.affinity[uid][podScopeKey]; ok {
+			m.setAffinityLocked(uid, c.Name, aff)
+			return aff, nil
+		}
+		hints = m.podHintsLocked(pod)
+	} else {
+		hints = m.containerHintsLocked(pod, c)
+	}
+	best, err := policy.Admit(m.numaNodes, []map[string][]topology.TopologyHint{hints})
+	if err != nil {
+		logger.Info("Topology policy refused the allocation", "policy", policy, "scope", scope, "hints", hints)
+		return 0, &AllocationError{Reason: AllocationTopologyAffinityError, Err: err}
+	}
+	if scope == topology.ScopePod {
+		m.setAffinityLocked(uid, podScopeKey, best.NUMANodeAffinity)
+	}
+	m.setAffinityLocked(uid, c.Name, best.NUMANodeAffinity)
+	logger.V(4).Info("Topology policy admitted the allocation", "policy", policy, "scope", scope, "affinity", best)
+	return best.NUMANodeAffinity, nil
+}
+
+func (m *Manager) setAffinityLocked(uid, container string, aff topology.BitMask) {
+	byContainer := m.affinity[uid]
+	if byContainer == nil {
+		byContainer = make(map[string]topology.BitMask)
+		m.affinity[uid] = byContainer
+	}
+	byContainer[container] = aff
+}
