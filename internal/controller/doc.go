@@ -17,7 +17,9 @@
 //
 // The RBAC markers below are the controller's whole permission set; `make manifests` turns them
 // into config/rbac/controller. Leader election needs a Role of its own in the controller's
-// namespace (config/rbac/leader_election_role.yaml).
+// namespace (config/rbac/leader_election_role.yaml). RBAC grants nodes/status whole, so
+// config/admission/controller_node_status.yaml holds the controller's node writes to extended
+// resources in status.capacity and status.allocatable.
 //
 // +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices/status,verbs=patch

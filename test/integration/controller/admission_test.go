@@ -3,8 +3,11 @@ package controller
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/rest"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -20,15 +23,11 @@ const (
 // pod on node, or with no node claim when node is empty.
 func agentClient(node string) client.Client {
 	GinkgoHelper()
-	c := rest.CopyConfig(cfg)
-	c.Impersonate = rest.ImpersonationConfig{
-		UserName: agentUser,
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:kubedevice-system", "system:authenticated"},
-	}
+	var extra map[string][]string
 	if node != "" {
-		c.Impersonate.Extra = map[string][]string{nodeNameExtraKey: {node}}
+		extra = map[string][]string{nodeNameExtraKey: {node}}
 	}
-	cl, err := client.New(c, client.Options{Scheme: testEnv.Scheme})
+	cl, err := client.New(serviceAccountConfig(agentUser, extra), client.Options{Scheme: testEnv.Scheme})
 	Expect(err).NotTo(HaveOccurred())
 	return cl
 }
@@ -122,5 +121,57 @@ var _ = Describe("Agent admission policy", Ordered, func() {
 			"no node association found for the kubedevice agent")
 		expectForbidden(tryApplyAs(noNode, testutil.MakeDeviceAllocation("nonode", ns).Node(nodeA).Obj()),
 			"no node association found for the kubedevice agent")
+	})
+})
+
+var _ = Describe("Controller admission policy", func() {
+	const capacityOnly = "the kubedevice controller may only change extended resources in a node's capacity and allocatable"
+	const statusOnly = "the kubedevice controller may only change a node's capacity and allocatable"
+	var node string
+	var asController client.Client
+
+	// patchStatus merge-patches the node's status subresource as the controller.
+	patchStatus := func(patch string, opts ...client.SubResourcePatchOption) error {
+		return asController.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+			client.RawPatch(types.MergePatchType, []byte(patch)), opts...)
+	}
+
+	BeforeEach(func() {
+		node = uniqueName("ctl")
+		createNode(testutil.MakeNode(node).Capacity(corev1.ResourceCPU, "4").Capacity("example.org/other", "2"))
+		var err error
+		asController, err = client.New(serviceAccountConfig(controllerUser, nil), client.Options{Scheme: testEnv.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() error {
+			return patchStatus(`{"status":{"capacity":{"cpu":"8"}}}`, client.DryRunAll)
+		}).Should(MatchError(ContainSubstring(capacityOnly)))
+	})
+
+	It("lets the controller set, change and zero extended resources", func() {
+		Expect(patchStatus(`{"status":{"capacity":{"example.com/gopher":"4"},"allocatable":{"example.com/gopher":"4"}}}`)).To(Succeed())
+		Expect(patchStatus(`{"status":{"capacity":{"example.com/gopher":"0"},"allocatable":{"example.com/gopher":"0"}}}`)).To(Succeed())
+		Expect(published(node, gopher)()).To(Equal("0/0"))
+	})
+
+	It("refuses the controller's changes to anything else of the node", func() {
+		for _, patch := range []string{
+			`{"status":{"capacity":{"cpu":"8"}}}`,
+			`{"status":{"allocatable":{"pods":"1"}}}`,
+			`{"status":{"capacity":{"devices.kubernetes.io/gpu":"1"}}}`,
+			`{"status":{"capacity":{"cpu":null},"allocatable":{"cpu":null}}}`,
+		} {
+			expectForbidden(patchStatus(patch), capacityOnly)
+		}
+		for _, patch := range []string{
+			`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`,
+			`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Nope","message":"x"}]}}`,
+			`{"status":{"addresses":[{"type":"InternalIP","address":"10.0.0.1"}]}}`,
+		} {
+			expectForbidden(patchStatus(patch), statusOnly)
+		}
+		got := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
+		Expect(got.Labels).NotTo(HaveKey("node-role.kubernetes.io/control-plane"))
+		Expect(got.Status.Capacity).To(HaveKeyWithValue(corev1.ResourceCPU, resource.MustParse("4")))
 	})
 })

@@ -75,6 +75,8 @@ var _ = BeforeSuite(func() {
 		"config/rbac/controller_service_account.yaml",
 		"config/rbac/controller_role_binding.yaml",
 		"config/rbac/leader_election_role.yaml",
+		// Its node status writes go through the policy that holds them to capacity keys.
+		"config/admission/controller_node_status.yaml",
 	) {
 		Expect(k8sClient.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
 	}
@@ -98,12 +100,7 @@ var _ = AfterSuite(func() {
 // the controller's service account, and returns the function that stops it.
 func startManager() func() {
 	opts := kdcontroller.Options{AgentNamespace: agentNamespace, AgentLeaseDuration: leaseDuration, Clock: fakeClock}
-	asController := rest.CopyConfig(cfg)
-	asController.Impersonate = rest.ImpersonationConfig{
-		UserName: controllerUser,
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + agentNamespace, "system:authenticated"},
-	}
-	mgr, err := ctrl.NewManager(asController, ctrl.Options{
+	mgr, err := ctrl.NewManager(serviceAccountConfig(controllerUser, nil), ctrl.Options{
 		Scheme:                        testEnv.Scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
@@ -130,4 +127,16 @@ func startManager() func() {
 		mgrCancel()
 		Eventually(done).Should(BeClosed())
 	}
+}
+
+// serviceAccountConfig returns a copy of the suite's rest config that acts as the service account
+// user of the agents' namespace, with the given user extra.
+func serviceAccountConfig(user string, extra map[string][]string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: user,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + agentNamespace, "system:authenticated"},
+		Extra:    extra,
+	}
+	return c
 }
