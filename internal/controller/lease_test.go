@@ -15,8 +15,9 @@ import (
 
 var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func agentLease(node string, renewed *time.Time) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kd", Name: AgentLeaseName(node)}}
+// agentLease returns the agent Lease of node n1, renewed at renewed (never when nil).
+func agentLease(renewed *time.Time) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kd", Name: AgentLeaseName("n1")}}
 	if renewed != nil {
 		t := metav1.NewMicroTime(*renewed)
 		l.Spec.RenewTime = &t
@@ -39,21 +40,21 @@ func TestAgentStateOf(t *testing.T) {
 			want: agentState{reason: kdv1alpha1.ReasonAgentLeaseMissing, message: "The node agent has no Lease kd/kubedevice-agent-n1."},
 		},
 		"never renewed": {
-			lease: agentLease("n1", nil),
+			lease: agentLease(nil),
 			want:  agentState{reason: kdv1alpha1.ReasonAgentLeaseExpired, message: "The node agent's Lease kd/kubedevice-agent-n1 has never been renewed."},
 		},
 		"renewed just now": {
-			lease: agentLease("n1", at(0)),
+			lease: agentLease(at(0)),
 			want: agentState{ready: true, reason: kdv1alpha1.ReasonAgentLeaseValid,
 				message: "The node agent renews its Lease kd/kubedevice-agent-n1.", expiresIn: d + time.Millisecond},
 		},
 		"expires exactly now": {
-			lease: agentLease("n1", at(-d)),
+			lease: agentLease(at(-d)),
 			want: agentState{ready: true, reason: kdv1alpha1.ReasonAgentLeaseValid,
 				message: "The node agent renews its Lease kd/kubedevice-agent-n1.", expiresIn: time.Millisecond},
 		},
 		"expired a microsecond ago": {
-			lease: agentLease("n1", at(-d-time.Microsecond)),
+			lease: agentLease(at(-d - time.Microsecond)),
 			want: agentState{reason: kdv1alpha1.ReasonAgentLeaseExpired,
 				message: "The node agent's Lease kd/kubedevice-agent-n1 was last renewed at 2026-03-01T11:59:19Z, more than 40s ago."},
 		},
@@ -71,18 +72,18 @@ func TestAgentStateOf(t *testing.T) {
 func TestLeasePredicate(t *testing.T) {
 	l := leaseReader{namespace: "kd", duration: 40 * time.Second}
 	p := l.predicate(clocktesting.NewFakePassiveClock(testNow))
-	other := agentLease("n1", at(0))
+	other := agentLease(at(0))
 	other.Name = "some-other-lease"
-	otherNS := agentLease("n1", at(0))
+	otherNS := agentLease(at(0))
 	otherNS.Namespace = "elsewhere"
 	cases := map[string]struct {
 		old, new *coordinationv1.Lease
 		want     bool
 	}{
-		"renewal of a valid lease":        {old: agentLease("n1", at(-10*time.Second)), new: agentLease("n1", at(0)), want: false},
-		"renewal of an expired lease":     {old: agentLease("n1", at(-time.Minute)), new: agentLease("n1", at(0)), want: true},
-		"first renewal":                   {old: agentLease("n1", nil), new: agentLease("n1", at(0)), want: true},
-		"an expired lease changing again": {old: agentLease("n1", at(-2*time.Minute)), new: agentLease("n1", at(-time.Minute)), want: false},
+		"renewal of a valid lease":        {old: agentLease(at(-10 * time.Second)), new: agentLease(at(0)), want: false},
+		"renewal of an expired lease":     {old: agentLease(at(-time.Minute)), new: agentLease(at(0)), want: true},
+		"first renewal":                   {old: agentLease(nil), new: agentLease(at(0)), want: true},
+		"an expired lease changing again": {old: agentLease(at(-2 * time.Minute)), new: agentLease(at(-time.Minute)), want: false},
 		"another lease":                   {old: other, new: other, want: false},
 		"an agent lease elsewhere":        {old: otherNS, new: otherNS, want: false},
 	}
@@ -93,7 +94,7 @@ func TestLeasePredicate(t *testing.T) {
 			}
 		})
 	}
-	if !p.Create(event.CreateEvent{Object: agentLease("n1", nil)}) || !p.Delete(event.DeleteEvent{Object: agentLease("n1", nil)}) {
+	if !p.Create(event.CreateEvent{Object: agentLease(nil)}) || !p.Delete(event.DeleteEvent{Object: agentLease(nil)}) {
 		t.Error("creation and deletion of an agent lease must pass")
 	}
 	if p.Create(event.CreateEvent{Object: other}) {

@@ -77,12 +77,8 @@ var _ = Describe("Node capacity", func() {
 			GinkgoWriter.Printf("allocatable -> %d visible on the node in %s, 1 patch\n", healthy, elapsed)
 		}
 
-		got := &corev1.Node{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
-		Expect(got.Status.Capacity).To(HaveKeyWithValue(corev1.ResourceCPU, resource.MustParse("4")))
-		Expect(got.Status.Allocatable).To(HaveKeyWithValue(corev1.ResourceCPU, resource.MustParse("4")))
-		Expect(got.Status.Capacity).To(HaveKeyWithValue(corev1.ResourceName("example.org/other"), resource.MustParse("2")))
-		Expect(got.Status.Allocatable).To(HaveKeyWithValue(corev1.ResourceName("example.org/other"), resource.MustParse("2")))
+		Expect(published(node, corev1.ResourceCPU)()).To(Equal("4/4"))
+		Expect(published(node, "example.org/other")()).To(Equal("2/2"))
 	})
 
 	It("does not patch the node when nothing changed", func() {
@@ -105,7 +101,7 @@ var _ = Describe("Node capacity", func() {
 		Expect(capacityPatches()).To(Equal(patches))
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
 		Expect(got.ResourceVersion).To(Equal(rv), "the node was written after our own update")
-		Expect(got.Status.Capacity).To(HaveKeyWithValue(corev1.ResourceName("example.org/other"), resource.MustParse("3")))
+		Expect(published(node, "example.org/other")()).To(Equal("3/3"))
 
 		By("rewriting the NodeDevice's status with a change that leaves allocatable alone")
 		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher").Node(node).Devices("gopher", 4).

@@ -87,12 +87,11 @@ func applyAs(c client.Client, obj client.Object) {
 	Expect(tryApplyAs(c, obj)).To(Succeed())
 }
 
-func tryApplyAs(c client.Client, obj client.Object, opts ...client.ApplyOption) error {
+func tryApplyAs(c client.Client, obj client.Object) error {
 	u := toApplyObject(obj)
 	status, hasStatus := u.Object["status"]
 	delete(u.Object, "status")
-	opts = append(opts, client.FieldOwner(agentFieldOwner), client.ForceOwnership)
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...); err != nil {
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(agentFieldOwner), client.ForceOwnership); err != nil {
 		return err
 	}
 	if m, ok := status.(map[string]any); !hasStatus || (ok && len(m) == 0) {
