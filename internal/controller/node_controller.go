@@ -234,7 +234,8 @@ func nodeCapacityChanged() predicate.Predicate {
 }
 
 // nodeDeviceCountChanged passes NodeDevice events that can change what the node publishes:
-// creation, deletion, the start of a deletion, and a changed allocatable count.
+// creation, deletion, the start of a deletion, the node-capacity finalizer going on (from then on
+// the NodeDevice counts), and a changed allocatable count.
 func nodeDeviceCountChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		oldND, okOld := e.ObjectOld.(*kdv1alpha1.NodeDevice)
@@ -243,6 +244,7 @@ func nodeDeviceCountChanged() predicate.Predicate {
 			return true
 		}
 		return oldND.Status.Allocatable != newND.Status.Allocatable ||
-			oldND.DeletionTimestamp.IsZero() != newND.DeletionTimestamp.IsZero()
+			oldND.DeletionTimestamp.IsZero() != newND.DeletionTimestamp.IsZero() ||
+			controllerutil.ContainsFinalizer(oldND, NodeCapacityFinalizer) != controllerutil.ContainsFinalizer(newND, NodeCapacityFinalizer)
 	}}
 }

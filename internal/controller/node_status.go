@@ -15,7 +15,9 @@ import (
 
 // desiredCapacity returns the count to publish for every kubedevice resource of a node, from its
 // NodeDevices (all shards, terminating ones included): the allocatable devices summed over the
-// shards that are not terminating while the agent is ready, zero otherwise. A resource whose only
+// shards that are not terminating while the agent is ready, zero otherwise. A NodeDevice counts
+// only once it holds the node-capacity finalizer, so every resource the node publishes has a
+// NodeDevice that cannot vanish before the resource is back at zero. A resource whose only
 // NodeDevices are terminating is included (at zero) only when the node still publishes it, so a
 // resource that never reached the node is not added just to be zeroed.
 func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agentReady bool) map[corev1.ResourceName]int64 {
@@ -25,6 +27,9 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 		name := corev1.ResourceName(nds[i].Spec.ResourceName)
 		if !nds[i].DeletionTimestamp.IsZero() {
 			terminating[name] = true
+			continue
+		}
+		if !controllerutil.ContainsFinalizer(&nds[i], NodeCapacityFinalizer) {
 			continue
 		}
 		n := int64(0)

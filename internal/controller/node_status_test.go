@@ -44,22 +44,34 @@ func TestDesiredCapacity(t *testing.T) {
 		want       map[corev1.ResourceName]int64
 	}{
 		"one NodeDevice": {
-			nds: []kdv1alpha1.NodeDevice{nd("a", gopher, 4, false)}, agentReady: true,
+			nds: []kdv1alpha1.NodeDevice{nd("a", gopher, 4, false, NodeCapacityFinalizer)}, agentReady: true,
 			want: map[corev1.ResourceName]int64{gopher: 4},
 		},
 		"shards are summed, resources kept apart": {
 			nds: []kdv1alpha1.NodeDevice{
-				nd("a-0", gopher, 128, false), nd("a-1", gopher, 3, false), nd("b", "example.com/other", 1, false),
+				nd("a-0", gopher, 128, false, NodeCapacityFinalizer), nd("a-1", gopher, 3, false, NodeCapacityFinalizer),
+				nd("b", "example.com/other", 1, false, NodeCapacityFinalizer),
 			},
 			agentReady: true,
 			want:       map[corev1.ResourceName]int64{gopher: 131, "example.com/other": 1},
 		},
 		"agent away: every resource at zero": {
-			nds:  []kdv1alpha1.NodeDevice{nd("a-0", gopher, 4, false), nd("b", "example.com/other", 1, false)},
+			nds: []kdv1alpha1.NodeDevice{
+				nd("a-0", gopher, 4, false, NodeCapacityFinalizer), nd("b", "example.com/other", 1, false, NodeCapacityFinalizer),
+			},
 			want: map[corev1.ResourceName]int64{gopher: 0, "example.com/other": 0},
 		},
 		"a terminating shard no longer counts": {
-			nds:        []kdv1alpha1.NodeDevice{nd("a-0", gopher, 4, false), nd("a-1", gopher, 2, true)},
+			nds: []kdv1alpha1.NodeDevice{
+				nd("a-0", gopher, 4, false, NodeCapacityFinalizer), nd("a-1", gopher, 2, true, NodeCapacityFinalizer),
+			},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{gopher: 4},
+		},
+		"a NodeDevice without the finalizer does not count yet": {
+			nds: []kdv1alpha1.NodeDevice{
+				nd("a-0", gopher, 4, false, NodeCapacityFinalizer), nd("a-1", gopher, 2, false), nd("b", "example.com/other", 1, false),
+			},
 			agentReady: true,
 			want:       map[corev1.ResourceName]int64{gopher: 4},
 		},
