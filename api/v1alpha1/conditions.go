@@ -90,3 +90,13 @@ const (
 	// ReasonDeviceHeldTwice: two live DeviceAllocations name the same device.
 	ReasonDeviceHeldTwice = "DeviceHeldTwice"
 )
+
+// Event reasons of the node agent.
+const (
+	// EventReasonDeviceAllocationFailed: Warning on a pod whose devices could not be allocated;
+	// the message is the device manager's, as the kubelet would report it.
+	EventReasonDeviceAllocationFailed = "DeviceAllocationFailed"
+	// EventReasonCheckpointCorrupt: Warning on a Node whose agent found its checkpoint corrupt,
+	// quarantined it and rebuilt its allocations from the node's DeviceAllocations.
+	EventReasonCheckpointCorrupt = "CheckpointCorrupt"
+)
