@@ -1,0 +1,36 @@
+package agent
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
+)
+
+// DeviceManager is what the agent uses of the device manager core, *nodeagent.Manager.
+type DeviceManager interface {
+	// RestoreCheckpoint loads the checkpoint; it is called once, before Start.
+	RestoreCheckpoint(ctx context.Context) (nodeagent.RestoreResult, error)
+	// RestoreAllocations rebuilds the allocations when the checkpoint was corrupt.
+	RestoreAllocations(allocs []nodeagent.PodAllocation) error
+	Start(ctx context.Context) error
+	Stop()
+	// Check is nil while plugins can register.
+	Check() error
+
+	Snapshots() []nodeagent.ResourceSnapshot
+	Snapshot(name string) (nodeagent.ResourceSnapshot, bool)
+	Subscribe() *nodeagent.Subscription
+	CheckpointInfo() nodeagent.CheckpointInfo
+	SetCordons(resource string, ids []string)
+
+	AllocatePod(ctx context.Context, pod *corev1.Pod) error
+	GetDeviceRunContainerOptions(ctx context.Context, pod *corev1.Pod, container *corev1.Container) (*poddevices.RunContainerOptions, error)
+	UpdateAllocatedDevices(ctx context.Context, activePods []*corev1.Pod) error
+	PodAllocations() []nodeagent.PodAllocation
+	PodAllocation(podUID string) (nodeagent.PodAllocation, bool)
+}
+
+var _ DeviceManager = (*nodeagent.Manager)(nil)

@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// leaseRenewer keeps the agent's Lease, kubedevice-agent-<node> in the agent's namespace, held by
+// the node name and renewed every LeaseRenewInterval once the agent is ready: the agent's only
+// periodic write, from which the controller judges that the node's devices are being reported.
+// The Lease is read from the API server, not cached, and written with the last version read.
+type leaseRenewer struct {
+	*Agent
+	// lease is the last version written or read; nil when it must be read again.
+	lease *coordinationv1.Lease
+}
+
+// NeedLeaderElection is false: every node's agent renews its own Lease.
+func (*leaseRenewer) NeedLeaderElection() bool { return false }
+
+// Start renews the Lease until ctx ends. A failed renewal is logged and tried again at the next
+// tick: the Lease stays valid for several intervals.
+func (l *leaseRenewer) Start(ctx context.Context) error {
+	lg := log.FromContext(ctx).WithName("lease").WithValues("lease", klog.KRef(l.opts.Namespace, LeaseName(l.opts.NodeName)))
+	ctx = log.IntoContext(ctx, lg)
+	if l.waitReady(ctx) != nil {
+		return nil // The manager stopped before the agent was ready.
+	}
+	ticker := l.clock.NewTicker(l.opts.LeaseRenewInterval)
+	defer ticker.Stop()
+	for {
+		if err := l.renew(ctx); err != nil {
+			lg.Error(err, "Renewing the agent Lease")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+		}
+	}
+}
+
+// renew creates the Lease or moves its renewTime to now.
+func (l *leaseRenewer) renew(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.LeaseRenewInterval)
+	defer cancel()
+	now := metav1.NewMicroTime(l.clock.Now())
+	if l.lease == nil {
+		lease := &coordinationv1.Lease{}
+		err := l.apiReader.Get(ctx, client.ObjectKey{Namespace: l.opts.Namespace, Name: LeaseName(l.opts.NodeName)}, lease)
+		if apierrors.IsNotFound(err) {
+			return l.create(ctx, now)
+		}
+		if err != nil {
+			return fmt.Errorf("getting the agent Lease: %w", err)
+		}
+		l.lease = lease
+	}
+	lease := l.lease.DeepCopy()
+	lease.Spec.HolderIdentity = ptr.To(l.opts.NodeName)
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(l.opts.LeaseDuration / time.Second))
+	lease.Spec.RenewTime = &now
+	if err := l.client.Update(ctx, lease, client.FieldOwner(FieldOwner)); err != nil {
+		// A conflict or a deleted Lease: read it again next time.
+		l.lease = nil
+		return fmt.Errorf("renewing the agent Lease: %w", err)
+	}
+	apiWrites.WithLabelValues("Lease", "update").Inc()
+	l.lease = lease
+	return nil
+}
+
+func (l *leaseRenewer) create(ctx context.Context, now metav1.MicroTime) error {
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: l.opts.Namespace, Name: LeaseName(l.opts.NodeName)},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(l.opts.NodeName),
+			LeaseDurationSeconds: ptr.To(int32(l.opts.LeaseDuration / time.Second)),
+			AcquireTime:          &now,
+			RenewTime:            &now,
+		},
+	}
+	if err := l.client.Create(ctx, lease, client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("creating the agent Lease: %w", err)
+	}
+	apiWrites.WithLabelValues("Lease", "create").Inc()
+	l.lease = lease
+	return nil
+}

@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+)
+
+// Names and defaults shared with the deployment and the controller.
+const (
+	// FieldOwner is the field manager of every write of the agent. The controller writes under
+	// its own (kubedevice-controller), so neither ever takes the other's fields.
+	FieldOwner = "kubedevice-agent"
+
+	// LeasePrefix prefixes the node name in the name of the agent's Lease:
+	// kubedevice-agent-<node>, in the agent's namespace.
+	LeasePrefix = "kubedevice-agent-"
+
+	// DefaultNamespace is the agent's namespace when neither the flag nor $POD_NAMESPACE says.
+	DefaultNamespace = "kubedevice-system"
+
+	// DefaultLeaseDuration is the leaseDurationSeconds the agent writes in its Lease.
+	DefaultLeaseDuration = 40 * time.Second
+
+	// DefaultLeaseRenewInterval is how often the agent renews its Lease: its only periodic write.
+	DefaultLeaseRenewInterval = 10 * time.Second
+
+	// DefaultWriteInterval is the least time between two writes of one NodeDevice.
+	DefaultWriteInterval = time.Second
+
+	// DefaultWriteSettle is how long a NodeDevice change waits before it is written, so the
+	// changes one event causes (a plugin registers, then lists its devices) are one write.
+	DefaultWriteSettle = 100 * time.Millisecond
+
+	// DefaultRestartHold is how long after the agent starts a resource restored from its
+	// checkpoint, whose plugin has not registered again yet, is left as the cluster last saw it.
+	// Plugins re-register within a second or two of an agent restart; holding back the
+	// intermediate "awaiting plugin" state means a restart writes nothing.
+	DefaultRestartHold = 10 * time.Second
+)
+
+// Options configure the agent.
+type Options struct {
+	// NodeName is the node the agent runs on. Required.
+	NodeName string
+
+	// Namespace holds the agent's Lease. Required.
+	Namespace string
+
+	// LeaseDuration is written as the Lease's leaseDurationSeconds; LeaseRenewInterval is how
+	// often it is renewed. Zero means the defaults.
+	LeaseDuration      time.Duration
+	LeaseRenewInterval time.Duration
+
+	// WriteInterval and WriteSettle pace NodeDevice writes; zero means the defaults.
+	WriteInterval time.Duration
+	WriteSettle   time.Duration
+
+	// RestartHold: see DefaultRestartHold. Zero means the default; negative disables the hold.
+	RestartHold time.Duration
+
+	// Clock drives every timestamp, timer and delay of the agent; nil means the real clock.
+	Clock clock.WithTicker
+}
+
+var (
+	errNoNodeName  = errors.New("the node name is empty")
+	errNoNamespace = errors.New("the agent namespace is empty")
+)
+
+func (o Options) complete() (Options, error) {
+	if o.NodeName == "" {
+		return o, errNoNodeName
+	}
+	if o.Namespace == "" {
+		return o, errNoNamespace
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.LeaseRenewInterval <= 0 {
+		o.LeaseRenewInterval = DefaultLeaseRenewInterval
+	}
+	if o.LeaseRenewInterval >= o.LeaseDuration {
+		return o, fmt.Errorf("the lease renew interval %s must be shorter than the lease duration %s", o.LeaseRenewInterval, o.LeaseDuration)
+	}
+	if o.WriteInterval <= 0 {
+		o.WriteInterval = DefaultWriteInterval
+	}
+	if o.WriteSettle <= 0 {
+		o.WriteSettle = DefaultWriteSettle
+	}
+	if o.RestartHold == 0 {
+		o.RestartHold = DefaultRestartHold
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o, nil
+}
+
+// LeaseName returns the name of the Lease the agent of node renews.
+func LeaseName(node string) string {
+	return LeasePrefix + node
+}
+
+// CacheOptions returns the cache options of the agent's manager: everything it reads is scoped to
+// its node. Pods, NodeDevices and DeviceAllocations by the field selector spec.nodeName (a
+// selectable field of both CRDs), the Node by name. The Lease is not cached: the agent only
+// writes it. Managed fields are dropped, as the agent
+// compares only what it applies.
+func CacheOptions(node string) cache.Options {
+	onNode := fields.OneTermEqualSelector("spec.nodeName", node)
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:                  {Field: onNode},
+			&kdv1alpha1.NodeDevice{}:       {Field: onNode},
+			&kdv1alpha1.DeviceAllocation{}: {Field: onNode},
+			&corev1.Node{}:                 {Field: fields.OneTermEqualSelector("metadata.name", node), Transform: stripNode},
+		},
+	}
+}
+
+// stripNode drops from the cached Node what the agent never reads: managed fields and the image
+// list, the bulk of a Node object.
+func stripNode(in any) (any, error) {
+	if node, ok := in.(*corev1.Node); ok {
+		node.ManagedFields = nil
+		node.Status.Images = nil
+	}
+	return in, nil
+}
