@@ -539,7 +539,7 @@ func (m *Manager) devicesToAllocateLocked(ctx context.Context, pod *v1.Pod, cont
 		}
 	}
 
-	aligned, unaligned, noAffinity := m.filterByAffinityLocked(resource, available, affinity)
+	aligned, _, _ := m.filterByAffinityLocked(resource, available, affinity)
 
 	// If the aligned devices are more than enough, let the plugin choose
 	// among them. The RPC runs without the lock: afterwards the candidates

@@ -58,13 +58,12 @@ func kubeletStubAllocate2(r *pluginapi.AllocateRequest) (*pluginapi.AllocateResp
 
 // startKubeletTestResources registers the kubelet tests' two resources:
 // res1 (dev1, dev2 on NUMA 0) and res2 (dev3, dev4 without topology).
-func startKubeletTestResources(t *testing.T, tm *testManager) (*testPlugin, *testPlugin) {
+func startKubeletTestResources(t *testing.T, tm *testManager) {
 	t.Helper()
 	p1 := startPlugin(t, tm, "r1.sock", res1, false, false, numaDevice("dev1", 0), numaDevice("dev2", 0))
 	p1.SetAllocateFunc(kubeletStubAllocate)
 	p2 := startPlugin(t, tm, "r2.sock", res2, false, false, healthy("dev3", "dev4")...)
 	p2.SetAllocateFunc(kubeletStubAllocate2)
-	return p1, p2
 }
 
 // optionCounts is (devices, mounts, envs) of run-container options; nil for
@@ -653,7 +652,7 @@ func TestGetDeviceRunContainerOptionsMerge(t *testing.T) {
 	tm := newAllocManager(t)
 	pa := startPlugin(t, tm, "a.sock", res1, false, false, healthy("a")...)
 	pb := startPlugin(t, tm, "b.sock", res2, false, false, healthy("b")...)
-	respond := func(env, mountHost, cdi string) func(*pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	respond := func(env, mountHost string) func(*pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 		return func(*pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 			return &pluginapi.AllocateResponse{ContainerResponses: []*pluginapi.ContainerAllocateResponse{{
 				Envs:        map[string]string{"SHARED": env},
@@ -663,8 +662,8 @@ func TestGetDeviceRunContainerOptionsMerge(t *testing.T) {
 			}}}, nil
 		}
 	}
-	pa.SetAllocateFunc(respond("a", "/host/a", ""))
-	pb.SetAllocateFunc(respond("b", "/host/b", ""))
+	pa.SetAllocateFunc(respond("a", "/host/a"))
+	pb.SetAllocateFunc(respond("b", "/host/b"))
 	pod := makePod("p").container("c", req{res2, 1}, req{res1, 1}).obj()
 	opts, err := tm.GetDeviceRunContainerOptions(tm.ctx, pod, &pod.Spec.Containers[0])
 	if err != nil {

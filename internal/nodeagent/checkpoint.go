@@ -184,11 +184,11 @@ func storeEntries(in []checkpoint.Entry) []poddevices.Entry {
 	return out
 }
 
-// restoreEntriesLocked adds entries to the committed state and returns the
-// keys restored, the resources they touch, and the error of those skipped.
-func (m *Manager) restoreEntriesLocked(entries []poddevices.Entry) (restored []poddevices.Entry, resources sets.Set[string], err error) {
+// restoreEntriesLocked adds entries to the committed state and returns those
+// restored and the error of those skipped.
+func (m *Manager) restoreEntriesLocked(entries []poddevices.Entry) (restored []poddevices.Entry, err error) {
 	_, err = m.pods.FromEntries(entries)
-	resources = sets.New[string]()
+	resources := sets.New[string]()
 	for _, e := range entries {
 		if m.pods.ContainerDevices(e.PodUID, e.ContainerName, e.ResourceName) == nil {
 			continue // skipped, reported in err
@@ -201,7 +201,7 @@ func (m *Manager) restoreEntriesLocked(entries []poddevices.Entry) (restored []p
 	if resources.Len() > 0 {
 		m.notifyLocked(sets.List(resources)...)
 	}
-	return restored, resources, err
+	return restored, err
 }
 
 // RestoreCheckpoint reads the checkpoint and restores its allocations and
@@ -258,14 +258,15 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 	}
 	res.BootID, res.Rebooted = cp.BootID, cp.Rebooted
 
+	allStale := cp.Rebooted
 	var stale []poddevices.Entry
 	if !cp.Rebooted {
-		stale = m.readStaleMarks(logger, staleStore)
+		stale, allStale = m.readStaleMarks(logger, staleStore)
 	}
 
 	m.mu.Lock()
-	restored, _, ferr := m.restoreEntriesLocked(storeEntries(cp.State.Entries))
-	if cp.Rebooted {
+	restored, ferr := m.restoreEntriesLocked(storeEntries(cp.State.Entries))
+	if allStale {
 		stale = restored
 	}
 	for _, e := range stale {
@@ -281,7 +282,7 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 	if ferr != nil {
 		logger.Error(ferr, "Skipped allocations of the checkpoint that cannot be restored")
 	}
-	if cp.Rebooted {
+	if allStale {
 		m.persistStaleLogged(logger)
 	}
 	logger.Info("Restored device manager checkpoint", "path", store.Path(), "pods", res.Allocations,
@@ -290,21 +291,19 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 }
 
 // readStaleMarks returns the allocations the reallocation file lists. If it
-// is corrupt (quarantined) every restored allocation is treated as stale:
-// running Allocate again is safe, skipping it after a reboot is not.
-func (m *Manager) readStaleMarks(logger klog.Logger, staleStore *checkpoint.Store) []poddevices.Entry {
+// is corrupt (and quarantined), all is true: every restored allocation is
+// treated as stale, since running Allocate again is safe and skipping it
+// after a reboot is not.
+func (m *Manager) readStaleMarks(logger klog.Logger, staleStore *checkpoint.Store) (stale []poddevices.Entry, all bool) {
 	cp, err := staleStore.Read()
 	switch {
 	case errors.Is(err, checkpoint.ErrNotFound):
-		return nil
+		return nil, false
 	case err != nil:
 		logger.Error(err, "Reading the list of allocations to run Allocate for again; doing it for every restored allocation")
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		all := m.pods.Entries()
-		return all
+		return nil, true
 	}
-	return storeEntries(cp.State.Entries)
+	return storeEntries(cp.State.Entries), false
 }
 
 // persistStaleLogged writes the reallocation file: the allocations restored
@@ -389,14 +388,15 @@ func (m *Manager) RestoreAllocations(allocs []PodAllocation) error {
 		for _, ca := range pa.Containers {
 			resources := slices.Clone(ca.Resources)
 			slices.SortFunc(resources, func(a, b ResourceAllocation) int { return strings.Compare(a.ResourceName, b.ResourceName) })
-			for i, ra := range resources {
-				if pa.PodUID == "" || ca.Name == "" || ra.ResourceName == "" {
-					errs = append(errs, fmt.Errorf("restoring devices of %s for pod %q container %q: empty pod UID, container or resource name", ra.ResourceName, pa.PodUID, ca.Name))
+			first := true
+			for _, ra := range resources {
+				if pa.PodUID == "" || ca.Name == "" || ra.ResourceName == "" || len(ra.DeviceIDs) == 0 {
+					errs = append(errs, fmt.Errorf("restoring devices of %s for pod %q container %q: empty pod UID, container or resource name, or no device", ra.ResourceName, pa.PodUID, ca.Name))
 					continue
 				}
 				resp := &pluginapi.ContainerAllocateResponse{}
-				if i == 0 {
-					resp = responseFromOptions(ca.RuntimeOptions)
+				if first {
+					resp, first = responseFromOptions(ca.RuntimeOptions), false
 				}
 				raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
 				if err != nil {
@@ -420,7 +420,7 @@ func (m *Manager) RestoreAllocations(allocs []PodAllocation) error {
 		}
 	}
 	m.restored = true
-	restored, _, ferr := m.restoreEntriesLocked(entries)
+	restored, ferr := m.restoreEntriesLocked(entries)
 	m.mu.Unlock()
 	if ferr != nil {
 		errs = append(errs, ferr)
@@ -519,7 +519,7 @@ func (m *Manager) ImportKubeletCheckpoint(path string) error {
 	}
 	m.mu.Lock()
 	m.restored = true
-	restored, _, ferr := m.restoreEntriesLocked(storeEntries(state.Entries))
+	restored, ferr := m.restoreEntriesLocked(storeEntries(state.Entries))
 	m.mu.Unlock()
 	m.RestoreRegisteredResources(state.RegisteredDevices)
 	werr := m.persist()

@@ -24,15 +24,14 @@ import (
 // plugin directory of old (which must be stopped before it starts), on a
 // node whose boot ID is bootID: an agent restart (same boot ID) or a
 // node reboot.
-func restartedManager(t *testing.T, old *testManager, bootID string, opts ...func(*testManager, *Config)) *testManager {
+func restartedManager(t *testing.T, old *testManager, bootID string) *testManager {
 	t.Helper()
 	path, dir := old.cfg.CheckpointPath, old.dir
 	sameDirs := func(tm *testManager, c *Config) {
 		c.CheckpointPath, c.PluginDir = path, dir
 		tm.dir = dir
 	}
-	opts = append([]func(*testManager, *Config){withBootID(bootID), sameDirs}, opts...)
-	return newTestManager(t, false, opts...)
+	return newTestManager(t, false, withBootID(bootID), sameDirs)
 }
 
 // readCheckpoint reads the manager's checkpoint file through its own store
@@ -606,5 +605,39 @@ func TestCheckpointWrites(t *testing.T) {
 	})
 	if writes() <= n {
 		t.Error("removing the resource did not write the checkpoint")
+	}
+}
+
+// A corrupt list of allocations awaiting re-allocation is quarantined and
+// every restored allocation is re-allocated: Allocate again is safe,
+// skipping it after a reboot is not.
+func TestCorruptReallocationMarks(t *testing.T) {
+	tm := newAllocManager(t)
+	startPlugin(t, tm, "r1.sock", res1, false, false, healthy("dev1", "dev2")...)
+	pod := makePod("p").container("c", req{res1, 1}).obj()
+	if err := tm.AllocatePod(tm.ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	tm.Stop()
+	marks := tm.cfg.CheckpointPath + reallocateSuffix
+	if err := os.WriteFile(marks, []byte("{garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := restartedManager(t, tm, testBootID)
+	if res, err := restarted.RestoreCheckpoint(restarted.ctx); err != nil || res.Rebooted {
+		t.Fatalf("RestoreCheckpoint = %+v, %v", res, err)
+	}
+	if _, err := os.Stat(marks); err != nil {
+		t.Errorf("no fresh list of allocations awaiting re-allocation: %v", err)
+	}
+	restarted.start(t)
+	p := startPlugin(t, restarted, "r1.sock", res1, false, false, healthy("dev1", "dev2")...)
+	if err := restarted.AllocatePod(restarted.ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{sets.List(tm.containerDevices(pod, "c", res1))}
+	if diff := cmp.Diff(want, p.allocateCalls()); diff != "" {
+		t.Errorf("Allocate calls (-want +got):\n%s", diff)
 	}
 }

@@ -37,33 +37,116 @@
 // sorted by ID) and Subscribe (which resources changed, coalesced, never
 // blocking the manager).
 //
-// # For the allocation code
+// # Allocation
 //
-// Allocation, GetDeviceRunContainerOptions, UpdateAllocatedDevices, topology
-// hints and the checkpoint belong in this Manager too. The pieces they build
-// on, all called with Manager.mu held unless noted:
+// Allocate(pod, container) and AllocatePod(pod) follow the kubelet's
+// Allocate and devicesToAllocate (allocate.go) step by step: init
+// containers first; a container that already holds devices for a resource
+// must ask for the same number ("changed request"); the health checks in
+// the kubelet's order; the devices of the pod's earlier regular init
+// containers first (sidecars and app containers keep theirs; the pool is
+// recomputed from the committed state, see reusableLocked); then the
+// devices aligned with the NUMA affinity the topology policy chose; the
+// plugin's GetPreferredAllocation with the kubelet's arguments (available =
+// aligned ∪ picked or available ∪ picked, must-include = picked, size = the
+// whole request), answers outside the candidates ignored; then the rest.
 //
-//   - m.resourceLocked(name), m.isDevicePluginResourceLocked(name),
-//     m.healthyDevicesLocked(name) (do not modify the set), and the
-//     resourceState fields devices (for NUMA nodes), healthy, unhealthy.
-//   - m.endpointLocked(name) returns the primary endpoint; its opts() gives
-//     GetDevicePluginOptions' answer (nil for a restored endpoint; the
-//     generated getters are nil-safe). Call its RPCs without holding the lock:
-//     allocate(ctx, ids), getPreferredAllocation(ctx, available, mustInclude,
-//     size) and preStartContainer(ctx, ids) (error only). On a stopped
-//     endpoint they fail with the kubelet's "endpoint %v has been stopped".
-//     When ctx has no deadline they apply one (Allocate 30 s,
-//     GetPreferredAllocation 10 s, PreStartContainer 30 s).
-//   - newStoppedEndpoint(resource, stoppedAt) is the endpoint of a resource
-//     restored from the checkpoint. RestoreRegisteredResources(map of
-//     resource to device IDs, the checkpoint's RegisteredDevices) creates such
-//     resources before Start: capacity and allocatable 0 until the plugin
-//     registers, removal after the grace period, devices shown as
-//     ReasonAwaitingPlugin in snapshots but never counted or allocatable.
-//   - The kubelet writes its checkpoint on every ListAndWatch message and
-//     when GetCapacity removed resources; the places are
-//     pluginListAndWatchReceiver and GetCapacity/removeExpiredLocked.
-//   - m.metrics.allocDuration (kubedevice_device_plugin_alloc_duration_seconds)
-//     is defined for the Allocate RPC and not observed yet.
-//   - Call m.notifyLocked(name) after any change a snapshot would show.
+// Unlike the kubelet, allocation is a transaction:
+//
+//	reserve → GetPreferredAllocation/Allocate without the lock → commit → checkpoint (fsync) → notify
+//
+// Every device is reserved in the poddevices.Store as soon as it is picked,
+// so neither a concurrent allocation nor garbage collection can hand it to
+// another pod while an RPC runs (kubernetes #137534); after an RPC the
+// candidates are checked again. Any failure rolls the reservation back and
+// releases what the same call committed (earlier resources of the container,
+// earlier containers of the pod for AllocatePod), so nothing is left
+// behind (#130172). Calls for one pod are serialized; calls for different
+// pods run concurrently, and no lock is held across an RPC, so a hung plugin
+// delays only its own resource. Every RPC has a deadline
+// (Config.AllocateTimeout 30 s, PreferredAllocationTimeout 10 s,
+// PreStartTimeout 30 s); a failed or timed-out GetPreferredAllocation is
+// logged and the manager chooses itself (the kubelet fails the pod).
+// Checkpoint writes run outside the lock and are shared by concurrent
+// transactions (group commit); Allocate returns once its allocation is on
+// disk.
+//
+// A container that holds its devices is left alone (no RPC): the kubelet
+// skips a running container after its own restart, and the agent, which
+// cannot see the runtime, allocates before containers exist. AllocatePod of
+// a fully allocated pod does nothing observable. Requests for 0 devices,
+// native resources and extended resources a DRA claim serves are skipped;
+// unlike the kubelet, an extended resource the manager does not know is
+// refused (retryably) instead of silently skipped, so no pod starts without
+// the devices it asked for.
+//
+// Refusals are *AllocationError values whose message is the kubelet's:
+//
+//	refusal                                                  reason               retryable
+//	cannot allocate unregistered device %s                   PluginUnavailable    yes
+//	no healthy devices present; ... (no live endpoint, or
+//	  one that has not sent its first device list)           PluginUnavailable    yes
+//	no healthy devices present; ... (serving plugin)         InsufficientDevices  no
+//	previously allocated devices are no longer healthy; ...  InsufficientDevices  no
+//	requested number of devices unavailable for %s. ...      InsufficientDevices  no
+//	unexpectedly allocated less resources than required. ... InsufficientDevices  yes (lost a race during an RPC)
+//	pod %q container %q changed request for resource ...     AllocateFailed       no
+//	Resources cannot be allocated with Topology locality     TopologyAffinityError no
+//	Allocate on a stopped endpoint                           PluginUnavailable    yes
+//	Allocate RPC: Unavailable, DeadlineExceeded, Canceled,
+//	  ResourceExhausted, Aborted                             AllocateFailed       yes
+//	Allocate RPC: any other error                            AllocateFailed       no
+//	no containers return in allocation response %v           AllocateFailed       no
+//	checkpoint write failed                                  AllocateFailed       yes
+//	checkpoint corrupt, not rebuilt yet                      PluginUnavailable    yes
+//
+// This follows kubernetes PR #139959: a resource whose plugin is not (yet)
+// serving defers the pod, a serving plugin without devices refuses it.
+//
+// Topology (topology_hints.go): GetTopologyHints and GetPodTopologyHints
+// are the kubelet's hint provider (pod-level request: resourcehelper.PodLimits).
+// At allocation the configured policy merges the container's hints
+// (container scope) or the pod's, once per pod (pod scope), and refuses an
+// unaligned allocation under restricted and single-numa-node; the affinity is
+// kept per pod and container and used to split the available devices. Policy
+// none allocates without affinity, as the kubelet without a topology manager.
+//
+// GetDeviceRunContainerOptions (run_options.go) allocates a container of an
+// unfinished pod that misses its devices, calls PreStartContainer where the
+// plugin asks for it, and returns the merged options (poddevices decides the
+// merge, deterministically; conflicts are logged). UpdateAllocatedDevices
+// (gc.go) frees the pods not in the caller's list of active pods; it never
+// frees an allocation in flight. SetCordons keeps devices from being
+// allocated and counted as allocatable. PodAllocations and snapshots (a
+// Holder per device) show committed allocations only.
+//
+// # Checkpoint, restart and reboot
+//
+// checkpoint.go writes the checkpoint package's versioned, checksummed file
+// (Config.CheckpointPath) with the node's boot ID: after each committed
+// allocation, after frees, when a resource's registered device IDs change
+// (not on health flaps: the kubelet writes on every ListAndWatch message, but
+// the file records only which devices exist), and when a resource is
+// removed. Nothing is written before the checkpoint was restored, so an
+// existing file is never overwritten with empty state.
+//
+// RestoreCheckpoint (before Start; Start does it otherwise) restores the
+// allocations and the resources, which stay unallocatable (retryably) until
+// their plugin registers again. A corrupt file is quarantined and counted,
+// the error wraps the *checkpoint.CorruptError, and allocation is refused
+// until RestoreAllocations has rebuilt the state from the DeviceAllocation
+// objects and written a fresh checkpoint. After a node reboot (boot ID
+// changed) nothing is running: the restored allocations keep their devices,
+// but AllocatePod runs the plugin's Allocate again with the same IDs once the
+// plugin is back, and keeps the new response. Which allocations still wait
+// for that is recorded next to the checkpoint (<checkpoint>.reallocate), so
+// an agent restart in between does not forget it. ImportKubeletCheckpoint
+// migrates the kubelet's kubelet_internal_checkpoint.
+//
+// # Internals
+//
+// All state is behind Manager.mu. Helpers named ...Locked expect it held;
+// endpoint RPCs are called without it. Call m.notifyLocked(name) after any
+// change a snapshot would show, and bump m.stateSeq after any change the
+// checkpoint records, then call m.persist() without the lock.
 package nodeagent
