@@ -26,14 +26,19 @@ type Plugin struct {
 	version uint64
 	// streams are the open ListAndWatch streams.
 	streams map[*stream]struct{}
-	// streamEnds counts the ListAndWatch streams that ended.
-	streamEnds uint64
+	// streamMarks count the ListAndWatch streams opened and ended.
+	streamMarks streamMarks
+	// attemptMarks are streamMarks when the latest registration attempt
+	// began, successMarks those of the attempt that last succeeded.
+	attemptMarks streamMarks
+	successMarks streamMarks
 	// registrations counts successful registrations; lastSuccess is when
-	// the latest happened and successStreamEnds what streamEnds was then.
-	registrations     int
-	lastSuccess       time.Time
-	successStreamEnds uint64
-	lastErr           error
+	// the latest happened.
+	registrations int
+	lastSuccess   time.Time
+	lastErr       error
+	// serving: our socket is in place and served.
+	serving bool
 	// changed wakes the run loop when streams or registration status change.
 	changed chan struct{}
 
@@ -56,7 +61,16 @@ type Status struct {
 	// failed (the device manager refused or could not be reached); nil once
 	// an attempt succeeds.
 	LastError error
+	// Serving says the plugin's socket is in place and served. It is false
+	// before Run, after it, while a removed socket is being re-created, and
+	// while another process holds the socket path (see "Sharing the socket
+	// name" in the package documentation).
+	Serving bool
 }
+
+// streamMarks count ListAndWatch streams, to tell whether one opened or ended
+// since a point in time.
+type streamMarks struct{ opened, ended uint64 }
 
 // New validates cfg, fills in its defaults and returns a plugin that is not
 // running yet.
@@ -99,7 +113,7 @@ func (p *Plugin) Options() *v1beta1.DevicePluginOptions {
 func (p *Plugin) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Status{Streams: len(p.streams), Registrations: p.registrations, LastError: p.lastErr}
+	return Status{Streams: len(p.streams), Registrations: p.registrations, LastError: p.lastErr, Serving: p.serving}
 }
 
 // Run serves the plugin and keeps it registered until ctx is cancelled or
@@ -152,7 +166,7 @@ func (p *Plugin) recordSuccess(now time.Time) {
 	defer p.mu.Unlock()
 	p.registrations++
 	p.lastSuccess = now
-	p.successStreamEnds = p.streamEnds
+	p.successMarks = p.attemptMarks
 	p.lastErr = nil
 	p.signal()
 }
@@ -163,4 +177,18 @@ func (p *Plugin) recordFailure(err error) {
 	defer p.mu.Unlock()
 	p.lastErr = err
 	p.signal()
+}
+
+// markAttempt notes that a registration attempt begins.
+func (p *Plugin) markAttempt() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.attemptMarks = p.streamMarks
+}
+
+// setServing records whether our socket is served.
+func (p *Plugin) setServing(serving bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.serving = serving
 }

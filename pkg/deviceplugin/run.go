@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -35,6 +36,14 @@ const (
 	// dirMode is used when the plugin has to create its socket directory;
 	// the kubelet creates its own with the same mode.
 	dirMode = 0o750
+	// recreateDelay is how long the plugin waits before re-creating its
+	// socket after it was removed. A newer instance of the plugin removes the
+	// socket and creates its own right away; the pause lets it, so the older
+	// instance sees the path taken and yields instead of racing it.
+	recreateDelay = 200 * time.Millisecond
+	// listenAttempts bounds how often ensureSocket tries again when the path
+	// was taken between its check and its listen.
+	listenAttempts = 5
 )
 
 // backoff paces registration attempts: initial after the first failure,
@@ -64,19 +73,27 @@ type runner struct {
 	serveErrs chan serveResult
 	serveWG   sync.WaitGroup
 
+	// ln serves our socket, whose file lnInfo describes; nil while we have
+	// no socket in place.
 	ln     *net.UnixListener
 	lnInfo os.FileInfo
+	// ownRemovals counts the removals of the socket path we made and have
+	// not seen the event of yet; any other removal is another process's.
+	ownRemovals int
 	// owned is false when another process replaced our socket: we then
 	// neither register nor touch the path until it is free again.
 	owned bool
 	// broken: the socket could not be created; retry with the backoff.
 	broken bool
+	// recheckSocket is when to look at a removed socket again; zero when
+	// no check is due.
+	recheckSocket time.Time
 
 	backoff backoff
 	delay   time.Duration
-	// force: attempt at once, even with streams open (kubelet.sock was
-	// created again, or we re-created our socket).
-	force bool
+	// required: register even though streams are open (kubelet.sock was
+	// created again, or we re-created our socket); cleared by a success.
+	required bool
 	// nextAttempt is when the next attempt is due; zero when none is.
 	nextAttempt time.Time
 	// seenRegistrations is Plugin.registrations as the loop last saw it.
@@ -118,13 +135,17 @@ func (r *runner) run(ctx context.Context) error {
 		return err
 	}
 	r.logger.Info("Serving device plugin", "registration", r.cfg.Registration, "options", r.p.Options())
+	now := time.Now()
 	if r.direct {
-		r.force = true
+		r.requireNow(now)
+	} else {
+		// The new socket is the announcement.
+		r.p.markAttempt()
 	}
 	r.timer = time.NewTimer(time.Hour)
 	defer r.timer.Stop()
 	for {
-		r.schedule(time.Now())
+		r.schedule(now)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -132,7 +153,7 @@ func (r *runner) run(ctx context.Context) error {
 			if !ok {
 				return errors.New("watching the socket directory: watcher closed")
 			}
-			r.handleEvent(ev)
+			r.handleEvent(ev, time.Now())
 		case err, ok := <-r.fsw.Errors:
 			if !ok {
 				return errors.New("watching the socket directory: watcher closed")
@@ -140,9 +161,9 @@ func (r *runner) run(ctx context.Context) error {
 			// An overflow may have hidden the removal of our socket or the
 			// creation of kubelet.sock: check both.
 			r.logger.Error(err, "Watching the socket directory; checking the socket and registering again")
-			r.checkSocket()
+			r.checkSocket(time.Now())
 			if r.direct {
-				r.force = true
+				r.requireNow(time.Now())
 			}
 		case res := <-r.serveErrs:
 			if res.ln == r.ln {
@@ -155,6 +176,7 @@ func (r *runner) run(ctx context.Context) error {
 		case <-r.timer.C:
 			r.tick(ctx, time.Now())
 		}
+		now = time.Now()
 	}
 }
 
@@ -182,36 +204,64 @@ func (r *runner) start() error {
 	return nil
 }
 
+// requireNow asks for a registration at once, even with streams open.
+func (r *runner) requireNow(now time.Time) {
+	r.required = true
+	r.delay = r.backoff.initial
+	r.nextAttempt = now
+}
+
 // handleEvent reacts to a change in the socket directory.
-func (r *runner) handleEvent(ev fsnotify.Event) {
+func (r *runner) handleEvent(ev fsnotify.Event, now time.Time) {
 	switch {
-	case ev.Name == r.path && ev.Has(fsnotify.Create|fsnotify.Remove|fsnotify.Rename):
+	case ev.Name == r.path && ev.Has(fsnotify.Remove|fsnotify.Rename):
 		r.logger.V(4).Info("Socket event", "event", ev.String())
-		r.checkSocket()
+		if r.ownRemovals > 0 {
+			r.ownRemovals--
+			return
+		}
+		// Someone else removed our socket: a manager cleaning stale
+		// sockets as it starts, or a newer instance of this plugin taking
+		// the path over. Look again shortly, and re-create it if the path
+		// is still free.
+		if r.ln != nil {
+			r.logger.Info("Device plugin socket removed by another process")
+			r.retire()
+		}
+		if r.recheckSocket.IsZero() {
+			r.recheckSocket = now.Add(recreateDelay)
+		}
+	case ev.Name == r.path && ev.Has(fsnotify.Create):
+		r.logger.V(4).Info("Socket event", "event", ev.String())
+		r.checkSocket(now)
 	case r.direct && filepath.Base(ev.Name) == KubeletSocketName && filepath.Dir(ev.Name) == r.dir && ev.Has(fsnotify.Create):
 		r.logger.Info("Device manager's registration socket created; registering")
-		r.force = true
+		r.requireNow(now)
 	case filepath.Clean(ev.Name) == r.dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
 		r.logger.Error(nil, "Socket directory removed; re-creating it")
+		r.retire()
 		r.broken = true
 	}
 }
 
-// checkSocket re-creates our socket if it is gone. A socket we create while
-// running is a registration signal: on the direct path we register at once;
-// on the plugin watcher path the new socket is the announcement.
-func (r *runner) checkSocket() {
+// checkSocket re-creates our socket if the path is free. A socket we create
+// while running is a registration signal: on the direct path we register at
+// once; on the plugin watcher path the new socket is the announcement.
+func (r *runner) checkSocket(now time.Time) {
 	created, err := r.ensureSocket(false)
 	if err != nil {
 		r.logger.Error(err, "Re-creating the device plugin socket")
 		r.broken = true
 		return
 	}
-	if created {
-		r.logger.Info("Re-created the device plugin socket")
-		if r.direct {
-			r.force = true
-		}
+	if !created {
+		return
+	}
+	r.logger.Info("Re-created the device plugin socket")
+	if r.direct {
+		r.requireNow(now)
+	} else {
+		r.p.markAttempt()
 	}
 }
 
@@ -220,9 +270,21 @@ func (r *runner) checkSocket() {
 // socket of another process means we yield (owned = false). It reports
 // whether it created the socket.
 func (r *runner) ensureSocket(replace bool) (bool, error) {
+	for attempt := 1; ; attempt++ {
+		created, err := r.ensureSocketOnce(replace)
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < listenAttempts {
+			// Another process created a socket since we looked.
+			continue
+		}
+		r.p.setServing(r.ln != nil)
+		return created, err
+	}
+}
+
+func (r *runner) ensureSocketOnce(replace bool) (bool, error) {
 	fi, err := os.Lstat(r.path)
 	switch {
-	case err == nil && r.ln != nil && os.SameFile(fi, r.lnInfo):
+	case err == nil && r.ln != nil && sameSocket(fi, r.lnInfo):
 		r.owned, r.broken = true, false
 		return false, nil
 	case err == nil && fi.Mode()&os.ModeSocket != 0 && !replace:
@@ -233,10 +295,13 @@ func (r *runner) ensureSocket(replace bool) (bool, error) {
 		r.owned, r.broken = false, false
 		return false, nil
 	case err == nil && fi.Mode()&os.ModeSocket != 0:
-		if err := os.Remove(r.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		switch err := os.Remove(r.path); {
+		case err == nil:
+			r.ownRemovals++
+			r.logger.V(2).Info("Removed stale socket")
+		case !errors.Is(err, fs.ErrNotExist):
 			return false, fmt.Errorf("removing stale socket: %w", err)
 		}
-		r.logger.V(2).Info("Removed stale socket")
 	case err == nil:
 		return false, fmt.Errorf("checking socket path: %s exists and is not a socket", r.path)
 	case !errors.Is(err, fs.ErrNotExist):
@@ -269,9 +334,17 @@ func (r *runner) ensureSocket(replace bool) (bool, error) {
 	r.retire()
 	r.ln, r.lnInfo = ln, info
 	r.owned, r.broken = true, false
+	r.recheckSocket = time.Time{}
 	r.serveWG.Add(1)
 	go r.serve(ln)
 	return true, nil
+}
+
+// sameSocket tells whether two file infos describe the same socket file. An
+// inode number is reused as soon as a file is removed, so the modification
+// time (the socket's creation) must match too.
+func sameSocket(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
 }
 
 func (r *runner) serve(ln *net.UnixListener) {
@@ -291,6 +364,7 @@ func (r *runner) retire() {
 	}
 	r.ln.Close()
 	r.ln, r.lnInfo = nil, nil
+	r.p.setServing(false)
 }
 
 // drop closes our listener and removes the socket path if it still holds
@@ -299,8 +373,11 @@ func (r *runner) drop() {
 	if r.ln == nil {
 		return
 	}
-	if fi, err := os.Lstat(r.path); err == nil && os.SameFile(fi, r.lnInfo) {
-		if err := os.Remove(r.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if fi, err := os.Lstat(r.path); err == nil && sameSocket(fi, r.lnInfo) {
+		switch err := os.Remove(r.path); {
+		case err == nil:
+			r.ownRemovals++
+		case !errors.Is(err, fs.ErrNotExist):
 			r.logger.Error(err, "Removing the device plugin socket")
 		}
 	}
@@ -309,41 +386,41 @@ func (r *runner) drop() {
 
 // registrationState is what the loop reads of the plugin's shared state.
 type registrationState struct {
-	streams           int
-	streamEnds        uint64
-	registrations     int
-	lastSuccess       time.Time
-	successStreamEnds uint64
+	streams       int
+	marks         streamMarks
+	successMarks  streamMarks
+	registrations int
+	lastSuccess   time.Time
 }
 
 func (p *Plugin) registrationState() registrationState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return registrationState{
-		streams:           len(p.streams),
-		streamEnds:        p.streamEnds,
-		registrations:     p.registrations,
-		lastSuccess:       p.lastSuccess,
-		successStreamEnds: p.successStreamEnds,
+		streams:       len(p.streams),
+		marks:         p.streamMarks,
+		successMarks:  p.successMarks,
+		registrations: p.registrations,
+		lastSuccess:   p.lastSuccess,
 	}
 }
 
-// evaluate says whether an attempt is needed now and, if not, when to look
-// again (zero: only when something happens).
+// evaluate says whether a registration attempt is needed and, if not, when
+// to look again (zero: only when something happens).
 func (r *runner) evaluate(st registrationState, now time.Time) (need bool, recheck time.Time) {
 	switch {
 	case r.broken:
 		return true, time.Time{}
 	case !r.owned:
 		return false, time.Time{}
-	case r.force:
+	case r.required:
 		return true, time.Time{}
 	case st.streams > 0:
 		return false, time.Time{}
 	}
-	// Registered, and no stream ended since: the manager is about to open
-	// its stream. Give it streamWait.
-	if st.registrations > 0 && st.successStreamEnds == st.streamEnds {
+	// Registered, and no stream opened or ended since that attempt began:
+	// the manager is about to open its stream. Give it streamWait.
+	if st.registrations > 0 && st.marks == st.successMarks {
 		if deadline := st.lastSuccess.Add(streamWait); now.Before(deadline) {
 			return false, deadline
 		}
@@ -355,23 +432,24 @@ func (r *runner) evaluate(st registrationState, now time.Time) (need bool, reche
 func (r *runner) schedule(now time.Time) {
 	st := r.p.registrationState()
 	if st.registrations != r.seenRegistrations {
+		// A success, possibly told by NotifyRegistrationStatus.
 		r.seenRegistrations = st.registrations
 		r.delay = r.backoff.initial
+		if !r.direct {
+			r.nextAttempt = time.Time{}
+		}
 	}
-	need, recheck := r.evaluate(st, now)
-	var at time.Time
-	switch {
-	case need && r.force:
-		r.nextAttempt = now
-		at = now
-	case need:
+	need, at := r.evaluate(st, now)
+	if need {
 		if r.nextAttempt.IsZero() {
 			r.nextAttempt = now.Add(r.delay)
 		}
 		at = r.nextAttempt
-	default:
+	} else {
 		r.nextAttempt = time.Time{}
-		at = recheck
+	}
+	if !r.recheckSocket.IsZero() && (at.IsZero() || r.recheckSocket.Before(at)) {
+		at = r.recheckSocket
 	}
 	if at.IsZero() {
 		r.timer.Stop()
@@ -380,14 +458,17 @@ func (r *runner) schedule(now time.Time) {
 	r.timer.Reset(max(at.Sub(now), 0))
 }
 
-// tick makes an attempt if one is due.
+// tick re-creates a removed socket and makes an attempt, if either is due.
 func (r *runner) tick(ctx context.Context, now time.Time) {
+	if !r.recheckSocket.IsZero() && !now.Before(r.recheckSocket) {
+		r.recheckSocket = time.Time{}
+		r.checkSocket(now)
+	}
 	need, _ := r.evaluate(r.p.registrationState(), now)
 	if !need || r.nextAttempt.IsZero() || now.Before(r.nextAttempt) {
 		return
 	}
-	forced := r.force
-	r.force, r.nextAttempt = false, time.Time{}
+	r.nextAttempt = time.Time{}
 
 	created, err := r.ensureSocket(false)
 	if err != nil {
@@ -402,13 +483,15 @@ func (r *runner) tick(ctx context.Context, now time.Time) {
 	if !r.direct {
 		if !created {
 			r.announce()
+		} else {
+			r.p.markAttempt()
 		}
 		// Whether the manager registers us is told by
 		// NotifyRegistrationStatus; until then, back off.
 		r.fail()
 		return
 	}
-	if !forced {
+	if !r.required {
 		r.logger.Info("No device manager is watching the plugin; registering again")
 	}
 	r.registerDirect(ctx)
@@ -421,10 +504,11 @@ func (r *runner) fail() {
 
 // registerDirect calls Register on kubelet.sock and records the outcome.
 func (r *runner) registerDirect(ctx context.Context) {
+	r.p.markAttempt()
 	err := r.register(ctx)
 	switch {
 	case err == nil:
-		r.waiting = false
+		r.waiting, r.required = false, false
 		r.p.recordSuccess(time.Now())
 		r.logger.Info("Registered with the device manager")
 	case errors.Is(err, fs.ErrNotExist):
@@ -475,6 +559,7 @@ func (r *runner) announce() {
 		r.broken = true
 		return
 	}
+	r.p.markAttempt()
 	r.logger.Info("No device manager is watching the plugin; announced it again in the plugins registry")
 }
 

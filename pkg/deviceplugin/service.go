@@ -49,6 +49,7 @@ func (s *devicePluginService) ListAndWatch(_ *v1beta1.Empty, srv grpc.ServerStre
 	st := &stream{changed: make(chan struct{}, 1)}
 	p.mu.Lock()
 	p.streams[st] = struct{}{}
+	p.streamMarks.opened++
 	open := len(p.streams)
 	p.signal()
 	p.mu.Unlock()
@@ -56,7 +57,7 @@ func (s *devicePluginService) ListAndWatch(_ *v1beta1.Empty, srv grpc.ServerStre
 	defer func() {
 		p.mu.Lock()
 		delete(p.streams, st)
-		p.streamEnds++
+		p.streamMarks.ended++
 		open := len(p.streams)
 		p.signal()
 		p.mu.Unlock()
