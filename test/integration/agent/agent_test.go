@@ -1,0 +1,505 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent"
+	kdcontroller "github.com/kubedevice/kubedevice/internal/controller"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
+	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/testutil"
+)
+
+func condition(conds []metav1.Condition, t string) *metav1.Condition {
+	return meta.FindStatusCondition(conds, t)
+}
+
+func nodeCapacity(name string, res corev1.ResourceName) func() (int64, error) {
+	return func() (int64, error) {
+		node := &corev1.Node{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return 0, err
+		}
+		q, ok := node.Status.Capacity[res]
+		if !ok {
+			return -1, nil
+		}
+		return q.Value(), nil
+	}
+}
+
+var _ = Describe("Node agent", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("publishes a plugin's devices, allocates a pod's and frees them when it goes", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+
+		By("registering a plugin with 4 devices")
+		registered := time.Now()
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(And(
+			HaveField("Status.Capacity", BeEquivalentTo(4)),
+			HaveField("Status.Allocatable", BeEquivalentTo(4)),
+		))
+		visible := time.Since(registered)
+		AddReportEntry("Register → NodeDevice with 4 allocatable devices visible", visible.String())
+		Expect(visible).To(BeNumerically("<", 2*time.Second), "the budget is 2 s")
+
+		nd, err := n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(nd.Spec.NodeName).To(Equal(n.name))
+		Expect(nd.Spec.ResourceName).To(Equal(string(gopher)))
+		Expect(nd.Labels).To(HaveKeyWithValue(kdv1alpha1.LabelNodeName, n.name))
+		Expect(nd.Labels).To(HaveKeyWithValue(kdv1alpha1.LabelResourceName, agent.LabelValue(string(gopher))))
+		Expect(nd.OwnerReferences).To(ContainElement(And(HaveField("Kind", "Node"), HaveField("UID", n.node.UID))))
+		Expect(nd.Status.Plugin).To(HaveValue(HaveField("State", kdv1alpha1.PluginStateRegistered)))
+		Expect(nd.Status.Plugin.Endpoint).To(Equal(p.SocketPath()))
+		Expect(nd.Status.Devices).To(HaveLen(4))
+		Expect(condition(nd.Status.Conditions, kdv1alpha1.NodeDeviceRegistered)).To(HaveValue(HaveField("Status", metav1.ConditionTrue)))
+		Expect(condition(nd.Status.Conditions, kdv1alpha1.NodeDeviceHealthy)).To(HaveValue(HaveField("Status", metav1.ConditionTrue)))
+		Expect(nd.Status.Checkpoint).To(HaveValue(HaveField("BootID", "3d1c6a3e-6a5f-4f7e-9d2c-1b2a3c4d5e6f")))
+
+		By("the controller publishing the Node's capacity")
+		Eventually(nodeCapacity(n.name, gopher)).Should(BeEquivalentTo(4))
+
+		By("binding a pod that asks for 2")
+		before := n.settle()
+		pod := createPod(testutil.MakePod("trainer", ns).Node(n.name).Request(gopher, 2))
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions",
+			ContainElement(And(HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		da, err := deviceAllocation(pod)()
+		Expect(err).NotTo(HaveOccurred())
+		ids := deviceIDs(da, gopher)
+		Expect(ids).To(HaveLen(2))
+		Expect(da.Spec).To(Equal(kdv1alpha1.DeviceAllocationSpec{NodeName: n.name, PodName: pod.Name, PodUID: string(pod.UID)}))
+		Expect(da.Labels).To(HaveKeyWithValue(kdv1alpha1.LabelPodUID, string(pod.UID)))
+		Expect(da.OwnerReferences).To(ContainElement(And(HaveField("Kind", "Pod"), HaveField("UID", pod.UID))))
+		Expect(da.Status.Summary).To(Equal(string(gopher) + "=" + ids[0] + "," + ids[1]))
+		Expect(da.Status.Containers).To(HaveLen(1))
+		Expect(da.Status.Containers[0].RuntimeOptions).To(HaveValue(HaveField("Envs",
+			ConsistOf(kdv1alpha1.EnvVar{Name: "GOPHER_VISIBLE_DEVICES", Value: ids[0] + "," + ids[1]}))))
+
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(2)))
+		nd, err = n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		for _, d := range nd.Status.Devices {
+			if slices.Contains(ids, d.ID) {
+				Expect(d.Holder).To(HaveValue(Equal(kdv1alpha1.DeviceHolder{Namespace: ns, PodName: pod.Name, PodUID: string(pod.UID), ContainerName: "app"})))
+			} else {
+				Expect(d.Holder).To(BeNil())
+			}
+		}
+		allocWrites := n.settle() - before
+		AddReportEntry("API writes for one allocation (DeviceAllocation apply + status, NodeDevice status)", allocWrites)
+		Expect(allocWrites).To(Equal(3))
+
+		By("deleting the pod")
+		w, err := k8sClient.Watch(ctx, &kdv1alpha1.DeviceAllocationList{}, client.InNamespace(ns))
+		Expect(err).NotTo(HaveOccurred())
+		defer w.Stop()
+		before = n.writes.mirror()
+		deletePod(pod)
+		Eventually(gone(deviceAllocation(pod))).Should(BeTrue())
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(0)))
+		Expect(n.holds(pod)).To(BeFalse())
+
+		By("the DeviceAllocation saying Released before it went")
+		var released, deleted bool
+		Eventually(func() bool {
+			select {
+			case ev := <-w.ResultChan():
+				if da, ok := ev.Object.(*kdv1alpha1.DeviceAllocation); ok && da.Name == agent.DeviceAllocationName(pod.Name, string(pod.UID)) {
+					c := condition(da.Status.Conditions, kdv1alpha1.DeviceAllocationReleased)
+					if ev.Type == watch.Modified && c != nil && c.Status == metav1.ConditionTrue && c.Reason == kdv1alpha1.ReasonPodDeleted {
+						released = true
+					}
+					deleted = deleted || ev.Type == watch.Deleted
+				}
+			default:
+			}
+			return released && deleted
+		}).Should(BeTrue())
+		releaseWrites := n.settle() - before
+		AddReportEntry("API writes for one release (DeviceAllocation Released + delete, NodeDevice status)", releaseWrites)
+		Expect(releaseWrites).To(Equal(3))
+	})
+})
+
+var _ = Describe("Node agent with several resources", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("records an init container's and a container's devices of two resources, in the pod's order", func() {
+		const fpga corev1.ResourceName = "acme.io/fpga"
+		n := newNodeAgent(0)
+		n.register(n.plugin(gopher, gophers("gopher", 4)))
+		n.register(n.plugin(fpga, gophers("fpga", 2)))
+		Eventually(n.nodeDevice(fpga, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(2)))
+		Eventually(nodeCapacity(n.name, fpga)).Should(BeEquivalentTo(2))
+
+		pod := createPod(testutil.MakePod("pipeline", ns).Node(n.name).
+			InitContainer("fetch", fpga, 1).
+			Request(gopher, 2).Request(fpga, 1))
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		da, err := deviceAllocation(pod)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(da.Status.Containers).To(HaveLen(2))
+		Expect(da.Status.Containers[0].Name).To(Equal("fetch"), "init containers first")
+		Expect(da.Status.Containers[1].Name).To(Equal("app"))
+		Expect(da.Status.Containers[1].Resources).To(HaveLen(2))
+		Expect(da.Status.Containers[1].Resources[0].ResourceName).To(Equal(string(fpga)), "resources sorted by name")
+		// The regular init container's device is reused by the app container, as the kubelet does.
+		Expect(deviceIDs(da, fpga)).To(HaveLen(2))
+		Expect(da.Status.Containers[0].Resources[0].DeviceIDs).To(Equal(da.Status.Containers[1].Resources[0].DeviceIDs))
+		Expect(da.Status.Summary).To(MatchRegexp(`^acme\.io/fpga=fpga-[01];example\.com/gopher=gopher-\d,gopher-\d$`))
+		Eventually(n.nodeDevice(fpga, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(1)))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(2)))
+	})
+})
+
+var _ = Describe("Node agent writes", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("writes nothing in steady state, and nothing across an agent restart", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		pod := createPod(testutil.MakePod("server", ns).Node(n.name).Request(gopher, 2))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(2)))
+		da, err := deviceAllocation(pod)()
+		Expect(err).NotTo(HaveOccurred())
+		ids := deviceIDs(da, gopher)
+		writes := n.settle()
+
+		By("staying idle")
+		leases := n.writes.of("leases")
+		Consistently(n.writes.mirror).WithTimeout(3 * time.Second).Should(Equal(writes))
+		Expect(n.writes.of("leases")-leases).To(BeNumerically("<=", 1), "the Lease is renewed every 10 s")
+
+		By("restarting the agent")
+		nd, err := n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		n.restart()
+		n.restartPlugin(p, gopher, gophers("gopher", 4))
+		Eventually(func() nodeagent.PluginState {
+			s, _ := n.dm.Snapshot(string(gopher))
+			return s.State
+		}).Should(Equal(nodeagent.PluginRegistered))
+		held, ok := n.dm.PodAllocation(string(pod.UID))
+		Expect(ok).To(BeTrue(), "the allocation is restored from the checkpoint")
+		Expect(held.Containers).To(HaveLen(1))
+		Expect(held.Containers[0].Resources[0].DeviceIDs).To(Equal(ids))
+		Consistently(n.writes.mirror).WithTimeout(3*time.Second).Should(Equal(writes), "a restart rewrites nothing")
+		Expect(n.nodeDevice(gopher, 0)()).To(HaveField("ResourceVersion", nd.ResourceVersion))
+		Expect(deviceAllocation(pod)()).To(HaveField("ResourceVersion", da.ResourceVersion))
+
+		By("still freeing the devices when the pod goes")
+		deletePod(pod)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(0)))
+		Eventually(gone(deviceAllocation(pod))).Should(BeTrue())
+	})
+})
+
+var _ = Describe("Node agent device state", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("shows a disconnected plugin's devices as unallocatable at once, and removes them after the grace period", func() {
+		const grace = 3 * time.Second
+		n := newNodeAgent(grace)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		Eventually(nodeCapacity(n.name, gopher)).Should(BeEquivalentTo(4))
+
+		stopped := time.Now()
+		p.Stop()
+		Eventually(n.nodeDevice(gopher, 0)).WithTimeout(5 * time.Second).Should(And(
+			HaveField("Status.Allocatable", BeEquivalentTo(0)),
+			HaveField("Status.Capacity", BeEquivalentTo(4)),
+			HaveField("Status.Plugin.State", kdv1alpha1.PluginStateDisconnected),
+		))
+		AddReportEntry("Plugin stop → NodeDevice allocatable 0", time.Since(stopped).String())
+		nd, err := n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(condition(nd.Status.Conditions, kdv1alpha1.NodeDeviceRegistered)).To(HaveValue(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", kdv1alpha1.ReasonPluginDisconnected))))
+		Expect(condition(nd.Status.Conditions, kdv1alpha1.NodeDeviceHealthy)).To(HaveValue(HaveField("Status", metav1.ConditionFalse)))
+		for _, d := range nd.Status.Devices {
+			Expect(d.Health).To(Equal(kdv1alpha1.DeviceUnhealthy))
+			Expect(d.Reason).To(Equal(kdv1alpha1.DeviceReasonPluginDisconnected))
+		}
+
+		By("removing the NodeDevice after the grace period")
+		Eventually(gone(n.nodeDevice(gopher, 0))).Should(BeTrue())
+		Expect(time.Since(stopped)).To(BeNumerically(">=", grace))
+		Eventually(nodeCapacity(n.name, gopher)).Should(BeNumerically("<=", 0))
+	})
+
+	It("follows a device's health within 5 s", func() {
+		n := newNodeAgent(0)
+		devs := gophers("gopher", 4)
+		p := n.plugin(gopher, devs)
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+
+		devs[1] = dptest.Device("gopher-1", pluginapi.Unhealthy)
+		changed := time.Now()
+		p.Update(devs)
+		Eventually(n.nodeDevice(gopher, 0)).WithTimeout(5 * time.Second).Should(And(
+			HaveField("Status.Unhealthy", BeEquivalentTo(1)),
+			HaveField("Status.Allocatable", BeEquivalentTo(3)),
+			HaveField("Status.Capacity", BeEquivalentTo(4)),
+		))
+		AddReportEntry("Device unhealthy → NodeDevice counts", time.Since(changed).String())
+		nd, err := n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(nd.Status.Devices).To(ContainElement(And(HaveField("ID", "gopher-1"), HaveField("Health", kdv1alpha1.DeviceUnhealthy),
+			HaveField("Reason", kdv1alpha1.DeviceReasonPluginReportedUnhealthy))))
+		Expect(condition(nd.Status.Conditions, kdv1alpha1.NodeDeviceHealthy)).To(HaveValue(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", kdv1alpha1.ReasonUnhealthyDevices))))
+		Eventually(func() (int64, error) {
+			node := &corev1.Node{}
+			err := k8sClient.Get(ctx, client.ObjectKey{Name: n.name}, node)
+			q := node.Status.Allocatable[gopher]
+			return q.Value(), err
+		}).Should(BeEquivalentTo(3))
+
+		devs[1] = dptest.Device("gopher-1", pluginapi.Healthy)
+		p.Update(devs)
+		Eventually(n.nodeDevice(gopher, 0)).WithTimeout(5 * time.Second).Should(And(
+			HaveField("Status.Unhealthy", BeEquivalentTo(0)),
+			HaveField("Status.Allocatable", BeEquivalentTo(4)),
+		))
+	})
+
+	It("never allocates a cordoned device, from any shard, and counts it", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+
+		By("an administrator cordoning gopher-0")
+		nd, err := n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		patch := client.MergeFrom(nd.DeepCopy())
+		nd.Spec.Cordons = []kdv1alpha1.DeviceCordon{{DeviceID: "gopher-0", Reason: "fan failure"}}
+		Expect(k8sClient.Patch(ctx, nd, patch, client.FieldOwner("admin"))).To(Succeed())
+		Eventually(n.nodeDevice(gopher, 0)).Should(And(
+			HaveField("Status.Cordoned", BeEquivalentTo(1)),
+			HaveField("Status.Allocatable", BeEquivalentTo(3)),
+			HaveField("Status.ObservedGeneration", nd.Generation),
+			HaveField("Status.Devices", ContainElement(And(HaveField("ID", "gopher-0"), HaveField("Cordoned", true)))),
+		))
+		Expect(n.nodeDevice(gopher, 0)()).To(HaveField("Spec.Cordons", HaveLen(1)), "the agent's writes keep the administrator's cordons")
+
+		By("a pod asking for 3 getting the 3 others")
+		big := createPod(testutil.MakePod("big", ns).Node(n.name).Request(gopher, 3))
+		Eventually(deviceAllocation(big)).Should(HaveField("Status.Summary", string(gopher)+"=gopher-1,gopher-2,gopher-3"))
+
+		By("a pod asking for 1 waiting, then getting gopher-0 once uncordoned")
+		small := createPod(testutil.MakePod("small", ns).Node(n.name).Request(gopher, 1))
+		Eventually(deviceAllocation(small)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", kdv1alpha1.ReasonInsufficientDevices)))))
+		nd, err = n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		patch = client.MergeFrom(nd.DeepCopy())
+		nd.Spec.Cordons = nil
+		Expect(k8sClient.Patch(ctx, nd, patch, client.FieldOwner("admin"))).To(Succeed())
+		Eventually(deviceAllocation(small)).Should(HaveField("Status.Summary", string(gopher)+"=gopher-0"))
+		Eventually(n.nodeDevice(gopher, 0)).Should(And(
+			HaveField("Status.Cordoned", BeEquivalentTo(0)),
+			HaveField("Status.Allocated", BeEquivalentTo(4)),
+		))
+	})
+
+	It("splits 300 devices into 3 shards, and keeps a surplus shard only while it holds cordons", func() {
+		n := newNodeAgent(0)
+		devs := make([]*pluginapi.Device, 300)
+		for i := range devs {
+			devs[i] = dptest.Device(fmtID(i), pluginapi.Healthy)
+		}
+		p := n.plugin(gopher, devs)
+		registered := time.Now()
+		n.register(p)
+		Eventually(n.nodeDevices).Should(HaveLen(3))
+		for shard, want := range []int32{128, 128, 44} {
+			Eventually(n.nodeDevice(gopher, shard)).Should(And(
+				HaveField("Spec.Shard", HaveValue(BeEquivalentTo(shard))),
+				HaveField("Status.Capacity", want),
+				HaveField("Status.Allocatable", want),
+				HaveField("Status.Devices", HaveLen(int(want))),
+			))
+		}
+		AddReportEntry("Register → 3 NodeDevice shards of 300 devices visible", time.Since(registered).String())
+		Eventually(nodeCapacity(n.name, gopher)).Should(BeEquivalentTo(300))
+		last, err := n.nodeDevice(gopher, 2)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(last.Status.Devices[0].ID).To(Equal(fmtID(256)))
+
+		By("cordoning a device of shard 2, then shrinking to 100 devices")
+		patch := client.MergeFrom(last.DeepCopy())
+		last.Spec.Cordons = []kdv1alpha1.DeviceCordon{{DeviceID: fmtID(50), Reason: "moved"}}
+		Expect(k8sClient.Patch(ctx, last, patch, client.FieldOwner("admin"))).To(Succeed())
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Cordoned", BeEquivalentTo(1)),
+			"a cordon on any shard applies to the device wherever it is listed")
+		p.Update(devs[:100])
+		Eventually(gone(n.nodeDevice(gopher, 1))).Should(BeTrue())
+		Eventually(n.nodeDevice(gopher, 0)).Should(And(HaveField("Status.Capacity", BeEquivalentTo(100)), HaveField("Status.Allocatable", BeEquivalentTo(99))))
+		Eventually(n.nodeDevice(gopher, 2)).Should(And(HaveField("Status.Capacity", BeEquivalentTo(0)), HaveField("Status.Devices", BeEmpty())))
+	})
+})
+
+func fmtID(i int) string { return fmt.Sprintf("dev-%03d", i) }
+
+var _ = Describe("Node agent allocation failures", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("reports a pod asking for more devices than exist with a Warning event and a condition", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+
+		pod := createPod(testutil.MakePod("greedy", ns).Node(n.name).Request(gopher, 5))
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated),
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", kdv1alpha1.ReasonInsufficientDevices),
+			HaveField("Message", ContainSubstring("Requested: 5, Available: 4")),
+		))))
+		Eventually(eventsFor(pod.UID)).Should(ContainElement(And(
+			HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Reason", kdv1alpha1.EventReasonDeviceAllocationFailed),
+			HaveField("Note", ContainSubstring("requested number of devices unavailable for example.com/gopher")),
+			HaveField("ReportingController", agent.FieldOwner),
+		)))
+		Expect(n.holds(pod)).To(BeFalse())
+		Expect(n.nodeDevice(gopher, 0)()).To(HaveField("Status.Allocated", BeEquivalentTo(0)))
+
+		By("reporting it once, not at every retry")
+		n.settle()
+		Expect(eventsFor(pod.UID)()).To(HaveLen(1))
+	})
+
+	It("waits for a plugin that has not registered yet, and allocates as soon as it does", func() {
+		n := newNodeAgent(0)
+		pod := createPod(testutil.MakePod("early", ns).Node(n.name).Request(gopher, 1))
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated),
+			HaveField("Reason", kdv1alpha1.ReasonPluginUnavailable),
+		))))
+		Eventually(eventsFor(pod.UID)).Should(ContainElement(HaveField("Reason", kdv1alpha1.EventReasonDeviceAllocationFailed)))
+
+		p := n.plugin(gopher, gophers("gopher", 2))
+		registered := time.Now()
+		n.register(p)
+		Eventually(deviceAllocation(pod)).WithTimeout(5 * time.Second).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		AddReportEntry("Plugin registration → waiting pod allocated", time.Since(registered).String())
+	})
+
+	It("releases a pod's devices when it ends, and keeps two pods of the same name apart", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 2))
+		n.register(p)
+		first := createPod(testutil.MakePod("job", ns).Node(n.name).Request(gopher, 2))
+		Eventually(deviceAllocation(first)).Should(HaveField("Status.Summary", string(gopher)+"=gopher-0,gopher-1"))
+
+		By("the pod succeeding")
+		first.Status.Phase = corev1.PodSucceeded
+		Expect(k8sClient.Status().Update(ctx, first)).To(Succeed())
+		Eventually(gone(deviceAllocation(first))).Should(BeTrue())
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(0)))
+
+		By("a new pod of the same name getting its own DeviceAllocation")
+		deletePod(first)
+		second := createPod(testutil.MakePod("job", ns).Node(n.name).Request(gopher, 2))
+		Expect(second.UID).NotTo(Equal(first.UID))
+		Expect(agent.DeviceAllocationName(second.Name, string(second.UID))).NotTo(Equal(agent.DeviceAllocationName(first.Name, string(first.UID))))
+		Eventually(deviceAllocation(second)).Should(HaveField("Status.Summary", string(gopher)+"=gopher-0,gopher-1"))
+		list := &kdv1alpha1.DeviceAllocationList{}
+		Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		Expect(list.Items).To(ConsistOf(HaveField("Spec.PodUID", string(second.UID))))
+	})
+})
+
+var _ = Describe("Node agent checkpoint", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("rebuilds a corrupt checkpoint from the DeviceAllocations and reports it", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		pod := createPod(testutil.MakePod("keeper", ns).Node(n.name).Request(gopher, 2))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(2)))
+		da, err := deviceAllocation(pod)()
+		Expect(err).NotTo(HaveOccurred())
+		held := deviceIDs(da, gopher)
+
+		By("corrupting the checkpoint while the agent is down")
+		n.stop()
+		n.stop = nil
+		Expect(os.WriteFile(n.checkpointPath(), []byte(`{"not": "a checkpoint"`), 0o600)).To(Succeed())
+		n.start()
+		n.restartPlugin(p, gopher, gophers("gopher", 4))
+
+		Eventually(eventsFor(n.node.UID)).Should(ContainElement(And(
+			HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Reason", kdv1alpha1.EventReasonCheckpointCorrupt),
+			HaveField("Note", ContainSubstring("rebuilt the allocations of 1 pods")),
+		)))
+		alloc, ok := n.dm.PodAllocation(string(pod.UID))
+		Expect(ok).To(BeTrue(), "the allocation is rebuilt from the DeviceAllocation")
+		Expect(alloc.Containers[0].Resources[0].DeviceIDs).To(Equal(held))
+
+		By("never handing the rebuilt devices to another pod")
+		Eventually(func() nodeagent.PluginState {
+			s, _ := n.dm.Snapshot(string(gopher))
+			return s.State
+		}).Should(Equal(nodeagent.PluginRegistered))
+		other := createPod(testutil.MakePod("other", ns).Node(n.name).Request(gopher, 2))
+		Eventually(deviceAllocation(other)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		otherDA, err := deviceAllocation(other)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(deviceIDs(otherDA, gopher)).NotTo(ContainElements(held[0]))
+		Expect(deviceIDs(otherDA, gopher)).NotTo(ContainElements(held[1]))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(4)))
+	})
+})
+
+var _ = Describe("Node agent Lease", func() {
+	It("renews its Lease in its namespace, held by its node", func() {
+		n := newNodeAgent(0)
+		lease := &coordinationv1.Lease{}
+		Eventually(func() error {
+			return k8sClient.Get(ctx, types.NamespacedName{Namespace: agentNamespace, Name: agent.LeaseName(n.name)}, lease)
+		}).Should(Succeed())
+		Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(n.name)))
+		Expect(lease.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(40)))
+		Expect(lease.Spec.RenewTime).NotTo(BeNil())
+		Expect(agent.LeaseName(n.name)).To(Equal(kdcontroller.AgentLeaseName(n.name)), "the controller reads the Lease the agent writes")
+	})
+})

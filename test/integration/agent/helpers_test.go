@@ -1,0 +1,378 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent"
+	"github.com/kubedevice/kubedevice/internal/indexer"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
+	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/testutil"
+)
+
+// gopher is the resource most specs publish.
+const gopher corev1.ResourceName = "example.com/gopher"
+
+var nodeCounter atomic.Int64
+
+// uniqueName returns prefix with a suffix no other spec uses, for cluster-scoped objects.
+func uniqueName(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, GinkgoParallelProcess(), nodeCounter.Add(1))
+}
+
+// newNamespace creates a namespace for one spec and deletes it afterwards.
+func newNamespace() string {
+	GinkgoHelper()
+	ns := &corev1.Namespace{}
+	ns.GenerateName = "kd-"
+	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	DeferCleanup(func() {
+		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, ns))).To(Succeed())
+	})
+	return ns.Name
+}
+
+// writeCounter counts an agent's write requests to the API server by resource, from its HTTP
+// transport: what the API server sees, whatever the agent thinks it does.
+type writeCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// wrap is a rest.Config WrapTransport.
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			w.mu.Lock()
+			w.counts[resourceOfPath(req.URL.Path)]++
+			w.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// mirror is the number of writes to NodeDevices and DeviceAllocations so far: everything but the
+// Lease and events.
+func (w *writeCounter) mirror() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts["nodedevices"] + w.counts["deviceallocations"]
+}
+
+// of returns the writes to resource (nodedevices, deviceallocations, leases, events) so far.
+func (w *writeCounter) of(resource string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts[resource]
+}
+
+// resourceOfPath returns the resource of an API path: the segment after the namespace (or after
+// the group version, for cluster-scoped objects).
+func resourceOfPath(path string) string {
+	for _, r := range []string{"nodedevices", "deviceallocations", "leases", "events"} {
+		if strings.Contains(path, "/"+r) {
+			return r
+		}
+	}
+	return path
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// nodeAgent is one node with its agent: a Node object, a short directory for the sockets and
+// the checkpoint, and the agent running in-process with the real device manager core. The agent
+// can be stopped and started again on the same directory, as a restarted DaemonSet pod.
+type nodeAgent struct {
+	name   string
+	dir    string
+	grace  time.Duration
+	writes *writeCounter
+
+	node *corev1.Node
+	dm   *nodeagent.Manager
+	stop func()
+}
+
+// newNodeAgent creates a Node and starts its agent with the given endpoint grace period (0: the
+// default); both go away after the spec.
+func newNodeAgent(grace time.Duration) *nodeAgent {
+	GinkgoHelper()
+	dir, err := os.MkdirTemp("", "kd")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, dir)
+	Expect(os.WriteFile(filepath.Join(dir, "boot_id"), []byte("3d1c6a3e-6a5f-4f7e-9d2c-1b2a3c4d5e6f\n"), 0o600)).To(Succeed())
+
+	n := &nodeAgent{name: uniqueName("node"), dir: dir, grace: grace, writes: &writeCounter{counts: map[string]int{}}}
+	n.node = testutil.MakeNode(n.name).Obj()
+	Expect(k8sClient.Create(ctx, n.node)).To(Succeed())
+	DeferCleanup(func() {
+		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, n.node))).To(Succeed())
+	})
+	n.start()
+	DeferCleanup(func() {
+		if n.stop != nil {
+			n.stop()
+		}
+	})
+	return n
+}
+
+// start runs a new agent process for the node: a new core on the node's directory and a new
+// manager, as the agent's service account with the node's token claim; it returns once the agent
+// is ready.
+func (n *nodeAgent) start() {
+	GinkgoHelper()
+	Expect(n.stop).To(BeNil(), "the agent is running")
+	core := nodeagent.DefaultConfig()
+	core.PluginDir = n.dir
+	core.PluginsRegistryDir = ""
+	core.BootIDPath = filepath.Join(n.dir, "boot_id")
+	core.Registerer = prometheus.NewRegistry()
+	if n.grace > 0 {
+		core.EndpointGracePeriod = n.grace
+	}
+	dm, err := nodeagent.New(core)
+	Expect(err).NotTo(HaveOccurred())
+
+	asAgent := rest.CopyConfig(cfg)
+	asAgent.Impersonate = rest.ImpersonationConfig{
+		UserName: agentUser,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + agentNamespace, "system:authenticated"},
+		Extra:    map[string][]string{nodeNameExtraKey: {n.name}},
+	}
+	asAgent.WrapTransport = n.writes.wrap
+	mgr, err := ctrl.NewManager(asAgent, ctrl.Options{
+		Scheme:                 testEnv.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  agent.CacheOptions(n.name),
+		// Several agents, and restarts of one, run within the process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(indexer.Setup(ctx, mgr.GetFieldIndexer())).To(Succeed())
+	a, err := agent.Setup(mgr, dm, agent.Options{NodeName: n.name, Namespace: agentNamespace})
+	Expect(err).NotTo(HaveOccurred())
+	n.dm = dm
+	n.stop = runManager(mgr)
+	Eventually(func() error { return a.ReadyCheck(nil) }).Should(Succeed(), "the agent did not become ready")
+}
+
+// restart stops the agent and starts a new one on the same directory.
+func (n *nodeAgent) restart() {
+	GinkgoHelper()
+	n.stop()
+	n.stop = nil
+	n.start()
+}
+
+// regSocket is the agent's registration socket.
+func (n *nodeAgent) regSocket() string { return filepath.Join(n.dir, "kubelet.sock") }
+
+// checkpointPath is the core's checkpoint file.
+func (n *nodeAgent) checkpointPath() string { return filepath.Join(n.dir, checkpoint.DefaultFileName) }
+
+// plugin starts a stub device plugin for resource with devs on the node's directory, answering
+// Allocate with envAllocator. It is not registered yet; it stops after the spec.
+func (n *nodeAgent) plugin(resource corev1.ResourceName, devs []*pluginapi.Device) *dptest.Plugin {
+	GinkgoHelper()
+	name := strings.NewReplacer("/", "-", ".", "-").Replace(string(resource))
+	p := dptest.New(filepath.Join(n.dir, name+".sock"), string(resource), devs)
+	p.SetAllocateFunc(envAllocator)
+	Expect(p.Start()).To(Succeed())
+	DeferCleanup(p.Stop)
+	return p
+}
+
+// restartPlugin stops p and starts and registers a new plugin for resource with devs on the same
+// socket, as a device plugin does when the agent restarts (the agent removes the sockets a
+// previous run left, as the kubelet does).
+func (n *nodeAgent) restartPlugin(p *dptest.Plugin, resource corev1.ResourceName, devs []*pluginapi.Device) {
+	GinkgoHelper()
+	p.Stop()
+	n.register(n.plugin(resource, devs))
+}
+
+// register registers p with the agent.
+func (n *nodeAgent) register(p *dptest.Plugin) {
+	GinkgoHelper()
+	Expect(p.Register(ctx, n.regSocket())).To(Succeed())
+}
+
+// nodeDevice returns the shard of the node's NodeDevice for resource, as the API server has it.
+func (n *nodeAgent) nodeDevice(resource corev1.ResourceName, shard int) func() (*kdv1alpha1.NodeDevice, error) {
+	return func() (*kdv1alpha1.NodeDevice, error) {
+		nd := &kdv1alpha1.NodeDevice{}
+		err := k8sClient.Get(ctx, client.ObjectKey{Name: agent.NodeDeviceName(n.name, string(resource), shard)}, nd)
+		return nd, err
+	}
+}
+
+// nodeDevices lists the node's NodeDevices, by the field selector the agent's cache uses.
+func (n *nodeAgent) nodeDevices() ([]kdv1alpha1.NodeDevice, error) {
+	list := &kdv1alpha1.NodeDeviceList{}
+	err := k8sClient.List(ctx, list, client.MatchingFields{"spec.nodeName": n.name})
+	return list.Items, err
+}
+
+// gophers returns n healthy devices prefix-0 … prefix-(n-1).
+func gophers(prefix string, count int) []*pluginapi.Device {
+	devs := make([]*pluginapi.Device, count)
+	for i := range devs {
+		devs[i] = dptest.Device(fmt.Sprintf("%s-%d", prefix, i), pluginapi.Healthy)
+	}
+	return devs
+}
+
+// envAllocator answers Allocate with one env per container request naming its devices.
+func envAllocator(req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, cr := range req.GetContainerRequests() {
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
+			Envs: map[string]string{"GOPHER_VISIBLE_DEVICES": strings.Join(cr.GetDevicesIds(), ",")},
+		})
+	}
+	return resp, nil
+}
+
+// createPod creates a pod and returns it as created (with its UID).
+func createPod(w *testutil.PodWrapper) *corev1.Pod {
+	GinkgoHelper()
+	pod := w.Obj()
+	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+	return pod
+}
+
+// deletePod deletes a pod at once, as the kubelet does once its containers are gone (envtest
+// has no kubelet to finish a graceful deletion).
+func deletePod(pod *corev1.Pod) {
+	GinkgoHelper()
+	Expect(k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
+}
+
+// deviceAllocation returns the pod's DeviceAllocation as the API server has it.
+func deviceAllocation(pod *corev1.Pod) func() (*kdv1alpha1.DeviceAllocation, error) {
+	return func() (*kdv1alpha1.DeviceAllocation, error) {
+		da := &kdv1alpha1.DeviceAllocation{}
+		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: agent.DeviceAllocationName(pod.Name, string(pod.UID))}, da)
+		return da, err
+	}
+}
+
+// deviceIDs returns the devices of resource the allocation lists, over all containers.
+func deviceIDs(da *kdv1alpha1.DeviceAllocation, resource corev1.ResourceName) []string {
+	var ids []string
+	for _, c := range da.Status.Containers {
+		for _, r := range c.Resources {
+			if r.ResourceName == string(resource) {
+				ids = append(ids, r.DeviceIDs...)
+			}
+		}
+	}
+	return ids
+}
+
+// gone reports whether get finds nothing.
+func gone[T any](get func() (T, error)) func() bool {
+	return func() bool {
+		_, err := get()
+		return apierrors.IsNotFound(err)
+	}
+}
+
+// holds reports whether the core holds devices for pod.
+func (n *nodeAgent) holds(pod *corev1.Pod) bool {
+	_, ok := n.dm.PodAllocation(string(pod.UID))
+	return ok
+}
+
+// eventsFor lists the events.k8s.io Events about the object with uid.
+func eventsFor(uid types.UID) func() ([]eventsv1.Event, error) {
+	return func() ([]eventsv1.Event, error) {
+		list := &eventsv1.EventList{}
+		if err := k8sClient.List(ctx, list); err != nil {
+			return nil, err
+		}
+		var out []eventsv1.Event
+		for _, e := range list.Items {
+			if e.Regarding.UID == uid {
+				out = append(out, e)
+			}
+		}
+		return out, nil
+	}
+}
+
+// quiet is how long the agent must write nothing for a spec to call it settled: longer than a
+// NodeDevice's write interval and settle time together.
+const quiet = 1500 * time.Millisecond
+
+// settle waits until the agent has written nothing to NodeDevices and DeviceAllocations for
+// quiet, and returns the number of writes so far.
+func (n *nodeAgent) settle() int {
+	GinkgoHelper()
+	last, since := n.writes.mirror(), time.Now()
+	Eventually(func() bool {
+		if w := n.writes.mirror(); w != last {
+			last, since = w, time.Now()
+		}
+		return time.Since(since) >= quiet
+	}).WithTimeout(quiet + 20*time.Second).Should(BeTrue())
+	return last
+}
+
+// loadManifests reads the Kubernetes objects of the YAML files at paths, relative to the
+// repository root.
+func loadManifests(paths ...string) []*unstructured.Unstructured {
+	GinkgoHelper()
+	var objs []*unstructured.Unstructured
+	for _, p := range paths {
+		data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), p))
+		Expect(err).NotTo(HaveOccurred())
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			err := dec.Decode(&u.Object)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			Expect(err).NotTo(HaveOccurred(), p)
+			if len(u.Object) > 0 {
+				objs = append(objs, u)
+			}
+		}
+	}
+	return objs
+}
