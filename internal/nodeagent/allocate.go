@@ -327,12 +327,13 @@ func (m *Manager) prunePodLocked(uid string) {
 
 // allocateContainer allocates every device resource of container c.
 func (m *Manager) allocateContainer(ctx context.Context, tx *allocTxn, pod *v1.Pod, c *v1.Container) error {
-	reqs := containerRequests(pod, c)
-	if len(reqs) == 0 {
-		return nil
-	}
 	uid := string(pod.UID)
 	m.mu.Lock()
+	reqs := m.devicePluginRequestsLocked(containerRequests(pod, c))
+	if len(reqs) == 0 {
+		m.mu.Unlock()
+		return nil
+	}
 	var affinity topology.BitMask
 	for _, rq := range reqs {
 		if m.pods.ContainerDevices(uid, c.Name, rq.resource) != nil {
@@ -355,6 +356,35 @@ func (m *Manager) allocateContainer(ctx context.Context, tx *allocTxn, pod *v1.P
 		}
 	}
 	return nil
+}
+
+// devicePluginRequestsLocked keeps the requests for device plugin resources,
+// as the kubelet's isDevicePluginResource: a resource a plugin registered (or
+// the checkpoint restored), or one whose devices some container still holds.
+// Other extended resources (advertised on the Node by an administrator, or
+// served by another device manager) are not ours to allocate: the kubelet
+// admits the pod against the Node's capacity for them. While a corrupt
+// checkpoint awaits its rebuild nothing is known, so every request is kept
+// and refused, retryably, until the state is back.
+func (m *Manager) devicePluginRequestsLocked(reqs []deviceRequest) []deviceRequest {
+	if m.rebuildPending {
+		return reqs
+	}
+	var inUse map[string]sets.Set[string]
+	out := reqs[:0:0]
+	for _, rq := range reqs {
+		if m.isDevicePluginResourceLocked(rq.resource) {
+			out = append(out, rq)
+			continue
+		}
+		if inUse == nil {
+			inUse = m.pods.Devices()
+		}
+		if inUse[rq.resource].Len() > 0 {
+			out = append(out, rq)
+		}
+	}
+	return out
 }
 
 // allocateResource allocates the devices of one resource for a container:

@@ -168,32 +168,43 @@ func TestPodContainerDeviceToAllocate(t *testing.T) {
 	tm.markStaleLocked(string(pod3.UID), "con3", res3)
 	tm.mu.Unlock()
 
+	allocatePod := func(pod *v1.Pod) func() error {
+		return func() error { return tm.AllocatePod(tm.ctx, pod) }
+	}
 	cases := []struct {
-		name string
-		pod  *v1.Pod
-		want *errorView
+		name     string
+		allocate func() error
+		want     *errorView
 	}{
 		{
-			name: "no healthy devices to allocate",
-			pod:  makePod("pod1").container("con1", req{res1, 2}).obj(),
-			want: &errorView{Message: "no healthy devices present; cannot allocate unhealthy devices domain1.com/resource1", Reason: AllocationInsufficientDevices},
+			name:     "no healthy devices to allocate",
+			allocate: allocatePod(makePod("pod1").container("con1", req{res1, 2}).obj()),
+			want:     &errorView{Message: "no healthy devices present; cannot allocate unhealthy devices domain1.com/resource1", Reason: AllocationInsufficientDevices},
 		},
 		{
+			// As in the kubelet's test, devicesToAllocate itself: AllocatePod
+			// skips a resource that is not a device plugin resource at all
+			// (isDevicePluginResource), so it reaches this check only for a
+			// resource whose plugin is gone while devices of it are held.
 			name: "resource not registered",
-			pod:  makePod("pod2").container("con2", req{res2, 1}).obj(),
+			allocate: func() error {
+				tm.mu.Lock()
+				defer tm.mu.Unlock()
+				_, _, err := tm.devicesToAllocateLocked(tm.ctx, makePod("pod2").container("con2", req{res2, 1}).obj(), "con2", res2, 1, 0)
+				return err
+			},
 			want: &errorView{Message: "cannot allocate unregistered device domain2.com/resource2", Reason: AllocationPluginUnavailable, Retryable: true},
 		},
 		{
-			name: "previously allocated devices no longer healthy",
-			pod:  pod3,
-			want: &errorView{Message: "previously allocated devices are no longer healthy; cannot allocate unhealthy devices domain2.com/resource3", Reason: AllocationInsufficientDevices},
+			name:     "previously allocated devices no longer healthy",
+			allocate: allocatePod(pod3),
+			want:     &errorView{Message: "previously allocated devices are no longer healthy; cannot allocate unhealthy devices domain2.com/resource3", Reason: AllocationInsufficientDevices},
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tm.AllocatePod(tm.ctx, tc.pod)
-			if diff := cmp.Diff(tc.want, viewError(err)); diff != "" {
-				t.Errorf("AllocatePod error (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tc.want, viewError(tc.allocate())); diff != "" {
+				t.Errorf("allocation error (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -218,11 +229,6 @@ func TestAllocationRefusals(t *testing.T) {
 		pod   *v1.Pod
 		want  *errorView
 	}{
-		{
-			name: "unknown resource",
-			pod:  onePod,
-			want: &errorView{Message: "cannot allocate unregistered device domain1.com/resource1", Reason: AllocationPluginUnavailable, Retryable: true},
-		},
 		{
 			name: "restored from the checkpoint, plugin not back",
 			setup: func(_ *testing.T, tm *testManager) {
@@ -438,6 +444,48 @@ func TestAllocatePodIdempotent(t *testing.T) {
 	}
 	if got := sub.Changed(); len(got) != 0 {
 		t.Errorf("notified of %v", got)
+	}
+}
+
+// Like the kubelet's isDevicePluginResource: an extended resource no plugin
+// registered (say, one an administrator advertises on the Node) is not the
+// device manager's to allocate, so a pod asking for it is allocated its device
+// plugin resources and nothing else; a resource whose plugin is gone while
+// devices of it are still held stays a device plugin resource and is refused.
+func TestAllocateSkipsNonDevicePluginResources(t *testing.T) {
+	tm := newAllocManager(t)
+	startPlugin(t, tm, "r1.sock", res1, false, false, healthy("dev1", "dev2")...)
+	const dongle = "example.com/dongle"
+	pod := makePod("p").container("c", req{res1, 1}, req{dongle, 3}).obj()
+	if err := tm.AllocatePod(tm.ctx, pod); err != nil {
+		t.Fatalf("AllocatePod: %v", err)
+	}
+	got, ok := tm.PodAllocation(string(pod.UID))
+	if !ok {
+		t.Fatal("no allocation for the pod")
+	}
+	var resources []string
+	for _, c := range got.Containers {
+		for _, r := range c.Resources {
+			resources = append(resources, r.ResourceName)
+		}
+	}
+	if diff := cmp.Diff([]string{res1}, resources); diff != "" {
+		t.Errorf("allocated resources (-want +got):\n%s", diff)
+	}
+
+	// res2's devices are held by a pod, but its plugin is gone: a new pod
+	// asking for it is refused with the kubelet's message, retryably.
+	tm.mu.Lock()
+	reserveErr := tm.pods.Reserve("holder", "c", res2, "x1")
+	tm.mu.Unlock()
+	if reserveErr != nil {
+		t.Fatal(reserveErr)
+	}
+	err := tm.AllocatePod(tm.ctx, makePod("q").container("c", req{res2, 1}).obj())
+	want := &errorView{Message: "cannot allocate unregistered device domain2.com/resource2", Reason: AllocationPluginUnavailable, Retryable: true}
+	if diff := cmp.Diff(want, viewError(err)); diff != "" {
+		t.Errorf("AllocatePod error for a held, unregistered resource (-want +got):\n%s", diff)
 	}
 }
 
