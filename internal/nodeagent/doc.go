@@ -75,15 +75,20 @@
 // skips a running container after its own restart, and the agent, which
 // cannot see the runtime, allocates before containers exist. AllocatePod of
 // a fully allocated pod does nothing observable. Requests for 0 devices,
-// native resources and extended resources a DRA claim serves are skipped;
-// unlike the kubelet, an extended resource the manager does not know is
-// refused (retryably) instead of silently skipped, so no pod starts without
-// the devices it asked for.
+// native resources and extended resources a DRA claim serves are skipped, and
+// so, as the kubelet's isDevicePluginResource rule says, are extended
+// resources that are not device plugin resources: never registered nor
+// restored from the checkpoint, and with no device of them held (an
+// administrator's node-level resource, or another device manager's). The
+// kubelet admits the pod against the Node's capacity for those. While a
+// corrupt checkpoint awaits its rebuild, nothing is skipped: every request is
+// refused, retryably.
 //
 // Refusals are *AllocationError values whose message is the kubelet's:
 //
 //	refusal                                                  reason               retryable
-//	cannot allocate unregistered device %s                   PluginUnavailable    yes
+//	cannot allocate unregistered device %s (devices of a
+//	  resource whose plugin is gone are still held)          PluginUnavailable    yes
 //	no healthy devices present; ... (no live endpoint, or
 //	  one that has not sent its first device list)           PluginUnavailable    yes
 //	no healthy devices present; ... (serving plugin)         InsufficientDevices  no
