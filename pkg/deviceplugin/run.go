@@ -44,6 +44,10 @@ const (
 	// listenAttempts bounds how often ensureSocket tries again when the path
 	// was taken between its check and its listen.
 	listenAttempts = 5
+	// listenDelay is how long after kubelet.sock appears the plugin
+	// registers: a socket file exists from bind, before the manager listens,
+	// and a Register sent in between is refused.
+	listenDelay = 20 * time.Millisecond
 )
 
 // backoff paces registration attempts: initial after the first failure,
@@ -137,7 +141,7 @@ func (r *runner) run(ctx context.Context) error {
 	r.logger.Info("Serving device plugin", "registration", r.cfg.Registration, "options", r.p.Options())
 	now := time.Now()
 	if r.direct {
-		r.requireNow(now)
+		r.require(now)
 	} else {
 		// The new socket is the announcement.
 		r.p.markAttempt()
@@ -163,7 +167,7 @@ func (r *runner) run(ctx context.Context) error {
 			r.logger.Error(err, "Watching the socket directory; checking the socket and registering again")
 			r.checkSocket(time.Now())
 			if r.direct {
-				r.requireNow(time.Now())
+				r.require(time.Now())
 			}
 		case res := <-r.serveErrs:
 			if res.ln == r.ln {
@@ -204,11 +208,12 @@ func (r *runner) start() error {
 	return nil
 }
 
-// requireNow asks for a registration at once, even with streams open.
-func (r *runner) requireNow(now time.Time) {
+// require asks for a registration at the given time, even with streams
+// open, and resets the backoff.
+func (r *runner) require(at time.Time) {
 	r.required = true
 	r.delay = r.backoff.initial
-	r.nextAttempt = now
+	r.nextAttempt = at
 }
 
 // handleEvent reacts to a change in the socket directory.
@@ -236,7 +241,9 @@ func (r *runner) handleEvent(ev fsnotify.Event, now time.Time) {
 		r.checkSocket(now)
 	case r.direct && filepath.Base(ev.Name) == KubeletSocketName && filepath.Dir(ev.Name) == r.dir && ev.Has(fsnotify.Create):
 		r.logger.Info("Device manager's registration socket created; registering")
-		r.requireNow(now)
+		// The socket is created when it is bound; give the manager the
+		// moment it needs to listen on it.
+		r.require(now.Add(listenDelay))
 	case filepath.Clean(ev.Name) == r.dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
 		r.logger.Error(nil, "Socket directory removed; re-creating it")
 		r.retire()
@@ -259,7 +266,7 @@ func (r *runner) checkSocket(now time.Time) {
 	}
 	r.logger.Info("Re-created the device plugin socket")
 	if r.direct {
-		r.requireNow(now)
+		r.require(now)
 	} else {
 		r.p.markAttempt()
 	}
@@ -474,7 +481,7 @@ func (r *runner) tick(ctx context.Context, now time.Time) {
 	if err != nil {
 		r.logger.Error(err, "Re-creating the device plugin socket", "retryIn", r.delay)
 		r.broken = true
-		r.fail()
+		r.fail(time.Now())
 		return
 	}
 	if !r.owned {
@@ -488,7 +495,7 @@ func (r *runner) tick(ctx context.Context, now time.Time) {
 		}
 		// Whether the manager registers us is told by
 		// NotifyRegistrationStatus; until then, back off.
-		r.fail()
+		r.fail(time.Now())
 		return
 	}
 	if !r.required {
@@ -497,8 +504,10 @@ func (r *runner) tick(ctx context.Context, now time.Time) {
 	r.registerDirect(ctx)
 }
 
-// fail advances the backoff.
-func (r *runner) fail() {
+// fail schedules the next attempt after the current backoff delay and
+// doubles the delay.
+func (r *runner) fail(now time.Time) {
+	r.nextAttempt = now.Add(r.delay)
 	r.delay = min(2*r.delay, r.backoff.max)
 }
 
@@ -517,11 +526,11 @@ func (r *runner) registerDirect(ctx context.Context) {
 			r.logger.Info("Waiting for the device manager's registration socket", "path", filepath.Join(r.cfg.SocketDir, KubeletSocketName))
 		}
 		r.waiting = true
-		r.fail()
+		r.fail(time.Now())
 	default:
 		r.p.recordFailure(err)
 		r.logger.Error(err, "Registering with the device manager", "retryIn", r.delay)
-		r.fail()
+		r.fail(time.Now())
 	}
 }
 
