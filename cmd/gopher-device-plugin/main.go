@@ -1,0 +1,95 @@
+// Command gopher-device-plugin is kubedevice's sample device plugin: every
+// file in a directory is a device of the extended resource example.com/gopher.
+// It works unchanged with the kubelet and with kubedevice. It parses flags and
+// wires; the plugin is internal/gopher, built on pkg/deviceplugin.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/kubedevice/kubedevice/internal/gopher"
+	"github.com/kubedevice/kubedevice/pkg/deviceplugin"
+)
+
+const usage = `Usage: gopher-device-plugin [flags]
+
+Advertises one device of the extended resource --resource-name per file in
+--gophers-dir; the device ID is the file name. A file whose content is
+"unhealthy" is an unhealthy device. Files are watched: add, remove or write
+one and the device manager sees the change at once.
+
+A container that gets gophers sees GOPHER=<IDs, comma-separated> and each
+gopher file mounted read-only at /gophers/<ID>.
+
+With the kubelet, the defaults work. With kubedevice, either run the plugin
+with --plugin-dir=/var/lib/kubedevice/device-plugins, or mount that host
+directory at /var/lib/kubelet/device-plugins in the plugin's pod.
+
+Flags:
+`
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "gopher-device-plugin: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		opts         gopher.Options
+		registration string
+		logConfig    = textlogger.NewConfig()
+	)
+	fs := flag.NewFlagSet("gopher-device-plugin", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&opts.GophersDir, "gophers-dir", gopher.DefaultGophersDir,
+		"Directory of gopher files, one device each; created if missing.")
+	fs.StringVar(&opts.PluginDir, "plugin-dir", deviceplugin.DefaultSocketDir,
+		"The device manager's plugin directory: kubelet.sock is there, and so is the plugin's socket on the direct registration path. "+
+			"The kubelet's is the default; kubedevice's is /var/lib/kubedevice/device-plugins.")
+	fs.StringVar(&registration, "registration", string(deviceplugin.RegistrationDirect),
+		"How to register: \"direct\" calls Register on <plugin-dir>/kubelet.sock and registers again whenever the device manager restarts; "+
+			"\"watcher\" serves the plugin's socket in --plugins-registry-dir for the device manager's plugin watcher.")
+	fs.StringVar(&opts.PluginsRegistryDir, "plugins-registry-dir", deviceplugin.DefaultRegistryDir,
+		"The plugin watcher directory, used with --registration=watcher. "+
+			"The kubelet's is the default; kubedevice's is /var/lib/kubedevice/plugins_registry.")
+	fs.StringVar(&opts.ResourceName, "resource-name", gopher.DefaultResourceName,
+		"Extended resource name to advertise the gophers as.")
+	fs.StringVar(&opts.SocketName, "socket-name", gopher.DefaultSocketName,
+		"File name of the plugin's socket.")
+	fs.DurationVar(&opts.ResyncPeriod, "resync-period", gopher.DefaultResyncPeriod,
+		"How often to rescan --gophers-dir besides reacting to its changes.")
+	logConfig.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	opts.Registration = deviceplugin.RegistrationMode(registration)
+
+	plugin, err := gopher.New(opts)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx = klog.NewContext(ctx, textlogger.NewLogger(logConfig))
+	return plugin.Run(ctx)
+}

@@ -1,0 +1,79 @@
+package gopher
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestPreferred(t *testing.T) {
+	for name, tc := range map[string]struct {
+		available, mustInclude []string
+		size                   int
+		want                   []string
+		wantErr                bool
+	}{
+		"lowest numbered first, naturally": {
+			available: []string{"gopher-10", "gopher-2", "gopher-11", "gopher-3"},
+			size:      2,
+			want:      []string{"gopher-2", "gopher-3"},
+		},
+		"must include comes first, whatever its number": {
+			available:   []string{"gopher-10", "gopher-2", "gopher-1", "gopher-3"},
+			mustInclude: []string{"gopher-10"},
+			size:        3,
+			want:        []string{"gopher-1", "gopher-2", "gopher-10"},
+		},
+		"must include outside available still counts": {
+			available:   []string{"gopher-4", "gopher-5"},
+			mustInclude: []string{"gopher-9"},
+			size:        2,
+			want:        []string{"gopher-4", "gopher-9"},
+		},
+		"exactly must include": {
+			available:   []string{"gopher-1", "gopher-2", "gopher-3"},
+			mustInclude: []string{"gopher-3", "gopher-2"},
+			size:        2,
+			want:        []string{"gopher-2", "gopher-3"},
+		},
+		"duplicates count once": {
+			available:   []string{"gopher-1", "gopher-1", "gopher-2", "gopher-3"},
+			mustInclude: []string{"gopher-3", "gopher-3"},
+			size:        3,
+			want:        []string{"gopher-1", "gopher-2", "gopher-3"},
+		},
+		"all": {
+			available: []string{"b", "a"},
+			size:      2,
+			want:      []string{"a", "b"},
+		},
+		"too few": {
+			available: []string{"gopher-1"},
+			size:      2,
+			wantErr:   true,
+		},
+		"more must include than size": {
+			available:   []string{"gopher-1", "gopher-2"},
+			mustInclude: []string{"gopher-1", "gopher-2"},
+			size:        1,
+			wantErr:     true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := preferred(tc.available, tc.mustInclude, tc.size)
+			if tc.wantErr {
+				if !errors.Is(err, errImpossibleAllocation) {
+					t.Errorf("preferred = %v, %v; want errImpossibleAllocation", got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("preferred: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("preferred (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
