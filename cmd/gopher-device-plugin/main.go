@@ -28,7 +28,9 @@ Advertises one device of the extended resource --resource-name per file in
 one and the device manager sees the change at once.
 
 A container that gets gophers sees GOPHER=<IDs, comma-separated> and each
-gopher file mounted read-only at /gophers/<ID>.
+gopher file mounted read-only at /gophers/<ID>. The mounts name the files by
+the path the plugin sees: in a pod, mount the host's --gophers-dir at the
+same path.
 
 With the kubelet, the defaults work. With kubedevice, either run the plugin
 with --plugin-dir=/var/lib/kubedevice/device-plugins, or mount that host

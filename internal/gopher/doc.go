@@ -16,7 +16,9 @@
 //
 // Allocate answers, for each container, the env GOPHER=<IDs, comma-separated
 // in natural order> and a read-only mount of each gopher file at
-// /gophers/<ID>. GetPreferredAllocation prefers the lowest-numbered free
+// /gophers/<ID>. The mount's host path is the file's absolute path as the
+// plugin sees it, so a plugin running in a pod must mount the host's gophers
+// directory at the same path. GetPreferredAllocation prefers the lowest-numbered free
 // gophers in natural order (gopher-2 before gopher-10), always including the
 // ones that must be included. PreStartContainer (required) checks that the
 // gophers exist. Allocate and PreStartContainer fail with NotFound for a

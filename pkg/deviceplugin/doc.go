@@ -31,9 +31,11 @@
 //   - It registers again, on its own, when the device manager restarts:
 //     when kubelet.sock is created again (direct path), when its own socket
 //     is removed (a manager cleaning stale sockets at start; the socket is
-//     re-created), and when the manager's ListAndWatch stream ends without a
-//     new one taking its place. Failed attempts are retried with capped
-//     exponential backoff. Every outgoing RPC has a deadline.
+//     re-created after a short pause), and when the manager's ListAndWatch
+//     stream ends without a new one taking its place. Failed attempts are
+//     retried with capped exponential backoff (250 ms to 30 s on the direct
+//     path; 5 s to 1 min on the plugin watcher path, where an attempt means
+//     re-creating the socket). Every outgoing RPC has a deadline.
 //   - It streams the device list to every open ListAndWatch stream: the full
 //     list first, then the full list again after every change (changes made
 //     while a stream is still sending are coalesced into the latest list).
@@ -51,12 +53,13 @@
 // found at its path when it starts. An instance whose socket is later
 // replaced by another process stops registering (and no longer removes or
 // re-creates the path) until the path is free again, so two instances of one
-// plugin never fight over it.
+// plugin never fight over it; Status().Serving is false meanwhile.
 //
 // # Logging
 //
 // The package has no global state. Run logs through the logr.Logger in its
 // context (klog.FromContext), named "deviceplugin" and carrying the resource
 // name and socket path; hooks receive a context with that logger.
-// Registration failures are logged as errors and reported by Status.
+// Registration failures are logged as errors and reported by Status. At
+// verbosity 2 and more, every device list sent is logged; at 4, every RPC.
 package deviceplugin
