@@ -167,9 +167,11 @@ func buildImage(layerPath, arch string) (v1.Image, error) {
 	cfg.OS = "linux"
 	cfg.Architecture = arch
 	cfg.Created = v1.Time{Time: epoch}
+	// The image is also the pod sandbox image, and containerd runs a sandbox with the image's own
+	// entrypoint: /pause, as in the Kubernetes pause image. Pods name their command.
 	cfg.Config = v1.Config{
 		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		Cmd:        []string{"/bin/sh"},
+		Entrypoint: []string{"/pause"},
 		WorkingDir: "/",
 	}
 	img, err = mutate.ConfigFile(img, cfg)

@@ -105,7 +105,7 @@ func TestWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.OS != "linux" || cfg.Architecture != "amd64" || len(cfg.Config.Cmd) != 1 || cfg.Config.Cmd[0] != "/bin/sh" {
+	if cfg.OS != "linux" || cfg.Architecture != "amd64" || len(cfg.Config.Entrypoint) != 1 || cfg.Config.Entrypoint[0] != "/pause" || len(cfg.Config.Cmd) != 0 {
 		t.Errorf("config = %+v", cfg)
 	}
 	layers, err := img.Layers()

@@ -15,8 +15,9 @@ limitations under the License.
 */
 
 // Command mkimage writes an OCI image-layout tar for the real-node e2e cluster, without Docker or a
-// registry: one gzip layer with busybox (and its applet links), the sandbox's /pause, and the static
-// binaries given on the command line in /usr/local/bin. containerd imports it with
+// registry: one gzip layer with busybox (and its applet links), /pause (the entrypoint, so the image is
+// also the pod sandbox image), and the static binaries given on the command line in /usr/local/bin.
+// containerd imports it with
 //
 //	ctr -n k8s.io images import --all-platforms <tar>
 //
