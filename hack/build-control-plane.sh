@@ -159,9 +159,11 @@ build_kube() {
   ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
   ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
   log "building ${c} ${KUBE_VERSION} (a few minutes cold on 2 cores)"
+  local t0
+  t0=$(date +%s)
   (cd "${WORK_DIR}/kubernetes" && go build -trimpath -ldflags "${ldflags}" -o "${K8S_BIN_DIR}/${c}" "k8s.io/kubernetes/cmd/${c}")
   record "${c}"
-  log "${c} done"
+  log "${c} done in $(($(date +%s) - t0))s"
 }
 
 start=$(date +%s)
