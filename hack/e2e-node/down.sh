@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Stops the real-node e2e cluster started by up.sh and puts the host back as it was: processes
+# (recorded PIDs, then leftovers of our components, containerd shims and the pods' processes),
+# mounts under our directories (the kubelet's self bind-mount of its root, pod volumes, container
+# root file systems, network namespaces), the cni0 bridge, the iptables chains added for the cluster,
+# the sysctls the kubelet changed, /kubepods cgroups, and the files and directories up.sh created.
+# The logs are kept in bin/e2e-node/logs.
+#
+# Safe to run twice, and after a failed or partial up.sh. Needs root.
+set -euo pipefail
+
+# shellcheck source=hack/e2e-node/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+[ "$(id -u)" -eq 0 ] || die "down.sh must run as root"
+started=$(date +%s)
+problems=0
+warn() { log "warning: $*"; problems=$((problems + 1)); }
+
+# Process IDs whose command line mentions one of our directories (our components all name a file
+# under ${WORK}; containerd shims name ${CONTAINERD_STATE}), never processes of other users of the
+# same binaries (e.g. envtest's kube-apiserver and etcd from bin/k8s).
+our_pids() {
+  local p cmdline
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    [ "${p}" = "$$" ] && continue
+    cmdline=$(tr '\0' ' ' <"/proc/${p}/cmdline" 2>/dev/null) || continue
+    case "${cmdline}" in
+      *" ${WORK}/"* | *"=${WORK}/"* | *" ${CONTAINERD_STATE}/"* | *" ${CONTAINERD_SOCK}"*) echo "${p}" ;;
+    esac
+  done
+}
+
+# stop NAME...: SIGTERM to the recorded processes, SIGKILL to those still running after 10 s.
+stop() {
+  local name pid alive pids=()
+  for name in "$@"; do
+    pid=$(cat "${PIDS}/${name}.pid" 2>/dev/null) || continue
+    if [ -n "${pid}" ] && kill -0 "${pid}" 2>/dev/null &&
+      tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null | grep -q -- "${name}"; then
+      log "stopping ${name} (pid ${pid})"
+      kill -TERM "${pid}" 2>/dev/null || true
+      pids+=("${pid}")
+    fi
+    rm -f "${PIDS}/${name}.pid"
+  done
+  for _ in $(seq 1 40); do
+    alive=0
+    for pid in "${pids[@]}"; do
+      kill -0 "${pid}" 2>/dev/null && alive=1
+    done
+    [ "${alive}" -eq 0 ] && return 0
+    sleep 0.25
+  done
+  for pid in "${pids[@]}"; do
+    if kill -0 "${pid}" 2>/dev/null; then
+      log "pid ${pid} did not stop in 10s: SIGKILL"
+      kill -KILL "${pid}" 2>/dev/null || true
+    fi
+  done
+}
+
+# kubepods_cgroups: the kubelet's cgroups in every hierarchy, deepest first.
+kubepods_cgroups() {
+  local top
+  for top in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+    [ -d "${top}" ] && find "${top}" -depth -type d
+  done
+  return 0
+}
+
+# kill_pods: SIGKILL every process in the kubelet's cgroups (the pods' processes), until none is left.
+kill_pods() {
+  local i cg pids
+  for i in $(seq 1 20); do
+    pids=$(for cg in $(kubepods_cgroups); do cat "${cg}/cgroup.procs" 2>/dev/null; done | sort -u)
+    [ -z "${pids}" ] && return 0
+    [ "${i}" -eq 1 ] && log "killing the pods' processes: $(echo "${pids}" | wc -l)"
+    # shellcheck disable=SC2086
+    kill -KILL ${pids} 2>/dev/null || true
+    sleep 0.25
+  done
+  warn "processes left in kubepods cgroups: $(echo "${pids}" | tr '\n' ' ')"
+}
+
+# 1. The kubelet first, so that it restarts nothing; then the pods and containerd.
+stop kubelet
+kill_pods
+stop containerd
+# Shims and anything else of the node side still running (the control plane is stopped below).
+for p in $(our_pids); do
+  exe=$(readlink "/proc/${p}/exe" 2>/dev/null || true)
+  case "${exe}" in
+    "${NODE_BIN}"/* | */kubelet) log "killing leftover ${exe} (pid ${p})"; kill -KILL "${p}" 2>/dev/null || true ;;
+  esac
+done
+kill_pods
+
+# 2. The control plane.
+stop kube-scheduler kube-controller-manager kube-apiserver
+stop etcd
+for i in 1 2 3; do
+  leftover=$(our_pids)
+  [ -z "${leftover}" ] && break
+  for p in ${leftover}; do
+    log "killing leftover pid ${p}: $(tr '\0' ' ' <"/proc/${p}/cmdline" 2>/dev/null | cut -c1-120)"
+    kill -KILL "${p}" 2>/dev/null || true
+  done
+  sleep 0.5
+done
+[ -z "$(our_pids)" ] || warn "processes still running: $(our_pids | tr '\n' ' ')"
+
+# 3. Mounts under our directories, deepest first; the kubelet bind-mounts its root dir onto itself
+# (rshared), possibly more than once, so repeat until none is left.
+our_mounts() {
+  awk -v a="${WORK}" -v b="${CONTAINERD_ROOT}" -v c="${CONTAINERD_STATE}" '
+    { m = $5; gsub(/\\040/, " ", m) }
+    m == a || index(m, a "/") == 1 || m == b || index(m, b "/") == 1 || m == c || index(m, c "/") == 1 { print length(m), m }
+  ' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | uniq
+}
+for i in $(seq 1 10); do
+  mounts=$(our_mounts)
+  [ -z "${mounts}" ] && break
+  [ "${i}" -eq 1 ] && log "unmounting $(echo "${mounts}" | wc -l) mounts"
+  while IFS= read -r m; do
+    umount "${m}" 2>/dev/null || umount -l "${m}" 2>/dev/null || true
+  done <<<"${mounts}"
+done
+[ -z "$(our_mounts)" ] || warn "mounts left: $(our_mounts | tr '\n' ' ')"
+
+# 4. Network: the bridge (the pods' veths went with their namespaces), the iptables chains.
+if ip link show "${CNI_BRIDGE}" >/dev/null 2>&1; then
+  log "deleting the ${CNI_BRIDGE} bridge"
+  ip link delete "${CNI_BRIDGE}" || warn "could not delete ${CNI_BRIDGE}"
+fi
+# remove_chain BACKEND TABLE CHAIN: deletes the rules that jump to CHAIN, then CHAIN itself.
+remove_chain() {
+  local ipt="iptables-$1" table=$2 chain=$3 rule
+  while IFS= read -r rule; do
+    # shellcheck disable=SC2086
+    eval "${ipt} -t ${table} ${rule/#-A/-D}" 2>/dev/null || true
+  done < <("${ipt}" -t "${table}" -S 2>/dev/null | grep -E -- "^-A .* -j ${chain}( |\$)" || true)
+  "${ipt}" -t "${table}" -F "${chain}" 2>/dev/null || true
+  "${ipt}" -t "${table}" -X "${chain}" 2>/dev/null || true
+}
+for backend in nft legacy; do
+  command -v "iptables-${backend}" >/dev/null || continue
+  for table in filter nat mangle; do
+    # Chains to remove: ours, and the kubelet's (KUBE-) and the CNI plugins' (CNI-) that up.sh did
+    # not find on the host.
+    for chain in $("iptables-${backend}" -t "${table}" -S 2>/dev/null | awk '$1 == "-N" {print $2}'); do
+      case "${chain}" in
+        "${NAT_CHAIN}") ;;
+        KUBE-* | CNI-*)
+          [ -f "${WORK}/host/iptables-chains" ] || continue
+          ! grep -qx "${backend} ${table} ${chain}" "${WORK}/host/iptables-chains" || continue
+          ;;
+        *) continue ;;
+      esac
+      log "iptables-${backend}: removing ${table} chain ${chain}"
+      remove_chain "${backend}" "${table}" "${chain}"
+    done
+  done
+done
+
+# 5. The sysctls the kubelet set.
+if [ -f "${WORK}/host/sysctls" ]; then
+  while IFS='=' read -r key value; do
+    if [ "$(sysctl -n "${key}")" != "${value}" ]; then
+      log "sysctl ${key}: $(sysctl -n "${key}") -> ${value}"
+      sysctl -q -w "${key}=${value}" || warn "could not restore ${key}=${value}"
+    fi
+  done <"${WORK}/host/sysctls"
+fi
+
+# 6. The kubelet's cgroups.
+for i in 1 2 3 4 5; do
+  cgroups=$(kubepods_cgroups)
+  [ -z "${cgroups}" ] && break
+  [ "${i}" -eq 1 ] && log "removing $(echo "${cgroups}" | wc -l) kubepods cgroups"
+  for cg in ${cgroups}; do rmdir "${cg}" 2>/dev/null || true; done
+  [ -z "$(kubepods_cgroups)" ] || { kill_pods; sleep 0.5; }
+done
+[ -z "$(kubepods_cgroups)" ] || warn "cgroups left: $(kubepods_cgroups | head -3 | tr '\n' ' ')..."
+
+# 7. Files: the CNI config, the NRI socket, the container log links, the directories up.sh created,
+# and the state (only when nothing is mounted under it any more: rm must never cross a mount).
+rm -f "${CNI_CONF}"
+if [ -d /var/log/containers ]; then
+  find /var/log/containers -maxdepth 1 -type l -lname "${WORK}/*" -delete
+fi
+# The NRI socket, unless another containerd listens on it.
+if [ -S "${NRI_SOCK}" ] && ! ss -xlH 2>/dev/null | grep -qF "${NRI_SOCK} "; then
+  rm -f "${NRI_SOCK}"
+fi
+# containerd shims listen under /run/containerd/s whatever containerd's state dir is; the sockets of
+# killed shims stay behind (only dead ones are removed: another containerd may use the directory).
+if [ -d /run/containerd/s ]; then
+  live=$(ss -xlH 2>/dev/null | awk '{print $5}')
+  for s in /run/containerd/s/*; do
+    [ -S "${s}" ] || continue
+    grep -qxF "${s}" <<<"${live}" || rm -f "${s}"
+  done
+fi
+for d in /var/log/containers /var/run/cdi /etc/cdi /var/run/nri /etc/cni/net.d /etc/cni /run/containerd/s /run/containerd; do
+  key=$(echo "${d}" | tr / _)
+  if [ -f "${WORK}/host/created${key}" ] && [ -d "${d}" ]; then
+    rmdir "${d}" 2>/dev/null || warn "${d} was created by up.sh but is not empty: left in place"
+  fi
+done
+if [ -d "${LOGS}" ]; then
+  rm -rf "${OUT_DIR}/logs"
+  mkdir -p "${OUT_DIR}"
+  cp -a "${LOGS}" "${OUT_DIR}/logs"
+fi
+for d in "${WORK}" "${CONTAINERD_ROOT}" "${CONTAINERD_STATE}"; do
+  [ -e "${d}" ] || continue
+  if [ -n "$(our_mounts)" ]; then
+    warn "not removing ${d}: mounts are left under our directories"
+    continue
+  fi
+  rm -rf "${d}"
+done
+rm -f "${KUBECONFIG_OUT}"
+
+if [ "${problems}" -gt 0 ]; then
+  log "down finished in $(($(date +%s) - started))s with ${problems} problems"
+  exit 1
+fi
+log "down finished in $(($(date +%s) - started))s; the host is restored (logs in ${OUT_DIR}/logs)"
