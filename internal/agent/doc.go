@@ -14,14 +14,17 @@
 // # Pods and DeviceAllocations
 //
 // The pod controller (pod_controller.go), keyed by pod namespace/name, allocates the devices of
-// each active pod that limits an extended resource (AllocatePod; init containers first), frees
+// each active pod that limits an extended resource (AllocatePod; init containers first; a
+// resource no plugin serves is skipped, as the kubelet does, and the pod gets no
+// DeviceAllocation until a plugin registers it), frees
 // those of pods that ended, disappeared or were replaced (UpdateAllocatedDevices with the node's
 // active pods from the synced cache), and keeps one DeviceAllocation per pod, named
 // DeviceAllocationName(pod, UID). A refusal is an Allocated=False condition with the core's
 // reason and a DeviceAllocationFailed Warning event on the pod, once per distinct refusal;
 // retryable refusals are retried with backoff, and every change of a resource (a plugin
-// registering, devices freed or healthy again) retriggers the pods still waiting for it. When a
-// pod ends its DeviceAllocation is marked Released, then deleted.
+// registering, devices freed or healthy again) retriggers the pods still waiting for it. Pods are
+// reconciled by several workers, so a plugin hanging in Allocate holds up only its own pods. When
+// a pod ends its DeviceAllocation is marked Released, then deleted.
 //
 // # NodeDevices
 //

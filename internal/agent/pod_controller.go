@@ -41,6 +41,11 @@ const (
 	retryMaxDelay  = 2 * time.Minute
 )
 
+// podWorkers is the number of pods reconciled at once: a plugin that hangs in Allocate (up to its
+// 30 s deadline) holds one worker, not the allocations of every other pod. The core serializes
+// the allocations of one pod and lets different pods' run concurrently.
+const podWorkers = 4
+
 // podReconciler allocates the devices of the pods bound to the node, frees them when the pods
 // end, and mirrors each pod's devices into its DeviceAllocation. Keyed by pod namespace/name, so
 // a pod, the pod recreated under the same name, and their DeviceAllocations are reconciled
@@ -57,7 +62,7 @@ func (r *podReconciler) setupWithManager(mgr manager.Manager) error {
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
 		Watches(&kdv1alpha1.DeviceAllocation{}, handler.EnqueueRequestsFromMapFunc(podOf)).
 		WatchesRawSource(source.Func(r.retriggerWaiting)).
-		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 1, NeedLeaderElection: ptr.To(false)}).
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: podWorkers, NeedLeaderElection: ptr.To(false)}).
 		Complete(r)
 }
 
