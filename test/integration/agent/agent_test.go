@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -82,10 +83,7 @@ var _ = Describe("Node agent", func() {
 		By("binding a pod that asks for 2")
 		before := n.settle()
 		pod := createPod(testutil.MakePod("trainer", ns).Node(n.name).Request(gopher, 2))
-		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions",
-			ContainElement(And(HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
-		da, err := deviceAllocation(pod)()
-		Expect(err).NotTo(HaveOccurred())
+		da := allocated(pod)
 		ids := deviceIDs(da, gopher)
 		Expect(ids).To(HaveLen(2))
 		Expect(da.Spec).To(Equal(kdv1alpha1.DeviceAllocationSpec{NodeName: n.name, PodName: pod.Name, PodUID: string(pod.UID)}))
@@ -157,10 +155,7 @@ var _ = Describe("Node agent with several resources", func() {
 		pod := createPod(testutil.MakePod("pipeline", ns).Node(n.name).
 			InitContainer("fetch", fpga, 1).
 			Request(gopher, 2).Request(fpga, 1))
-		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
-			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
-		da, err := deviceAllocation(pod)()
-		Expect(err).NotTo(HaveOccurred())
+		da := allocated(pod)
 		Expect(da.Status.Containers).To(HaveLen(2))
 		Expect(da.Status.Containers[0].Name).To(Equal("fetch"), "init containers first")
 		Expect(da.Status.Containers[1].Name).To(Equal("app"))
@@ -185,8 +180,7 @@ var _ = Describe("Node agent writes", func() {
 		n.register(p)
 		pod := createPod(testutil.MakePod("server", ns).Node(n.name).Request(gopher, 2))
 		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(2)))
-		da, err := deviceAllocation(pod)()
-		Expect(err).NotTo(HaveOccurred())
+		da := allocated(pod)
 		ids := deviceIDs(da, gopher)
 		writes := n.settle()
 
@@ -199,7 +193,7 @@ var _ = Describe("Node agent writes", func() {
 		nd, err := n.nodeDevice(gopher, 0)()
 		Expect(err).NotTo(HaveOccurred())
 		n.restart()
-		n.restartPlugin(p, gopher, gophers("gopher", 4))
+		n.restartPlugin(p, gophers("gopher", 4))
 		Eventually(func() nodeagent.PluginState {
 			s, _ := n.dm.Snapshot(string(gopher))
 			return s.State
@@ -402,14 +396,12 @@ var _ = Describe("Node agent allocation failures", func() {
 		Expect(eventsFor(pod.UID)()).To(HaveLen(1))
 	})
 
-	It("waits for a plugin that has not registered yet, and allocates as soon as it does", func() {
+	It("leaves alone a resource no plugin serves, and allocates as soon as a plugin registers it", func() {
 		n := newNodeAgent(0)
 		pod := createPod(testutil.MakePod("early", ns).Node(n.name).Request(gopher, 1))
-		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
-			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated),
-			HaveField("Reason", kdv1alpha1.ReasonPluginUnavailable),
-		))))
-		Eventually(eventsFor(pod.UID)).Should(ContainElement(HaveField("Reason", kdv1alpha1.EventReasonDeviceAllocationFailed)))
+		// As the kubelet, an extended resource no device plugin serves is not the agent's to
+		// refuse; the pod waits for a plugin without a DeviceAllocation.
+		Consistently(gone(deviceAllocation(pod))).WithTimeout(time.Second).Should(BeTrue())
 
 		p := n.plugin(gopher, gophers("gopher", 2))
 		registered := time.Now()
@@ -417,6 +409,33 @@ var _ = Describe("Node agent allocation failures", func() {
 		Eventually(deviceAllocation(pod)).WithTimeout(5 * time.Second).Should(HaveField("Status.Conditions", ContainElement(And(
 			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
 		AddReportEntry("Plugin registration → waiting pod allocated", time.Since(registered).String())
+	})
+
+	It("retries a pod refused because its restored resource's plugin has not registered again, and reports it", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 2))
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(2)))
+
+		By("restarting the agent without the plugin")
+		n.restart()
+		pod := createPod(testutil.MakePod("early", ns).Node(n.name).Request(gopher, 1))
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated),
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", kdv1alpha1.ReasonPluginUnavailable),
+		))))
+		Eventually(eventsFor(pod.UID)).Should(ContainElement(And(
+			HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Reason", kdv1alpha1.EventReasonDeviceAllocationFailed),
+		)))
+
+		By("the plugin registering again")
+		registered := time.Now()
+		n.restartPlugin(p, gophers("gopher", 2))
+		Eventually(deviceAllocation(pod)).WithTimeout(5 * time.Second).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		AddReportEntry("Plugin re-registration → refused pod allocated", time.Since(registered).String())
 	})
 
 	It("releases a pod's devices when it ends, and keeps two pods of the same name apart", func() {
@@ -454,8 +473,7 @@ var _ = Describe("Node agent checkpoint", func() {
 		n.register(p)
 		pod := createPod(testutil.MakePod("keeper", ns).Node(n.name).Request(gopher, 2))
 		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(2)))
-		da, err := deviceAllocation(pod)()
-		Expect(err).NotTo(HaveOccurred())
+		da := allocated(pod)
 		held := deviceIDs(da, gopher)
 
 		By("corrupting the checkpoint while the agent is down")
@@ -463,7 +481,7 @@ var _ = Describe("Node agent checkpoint", func() {
 		n.stop = nil
 		Expect(os.WriteFile(n.checkpointPath(), []byte(`{"not": "a checkpoint"`), 0o600)).To(Succeed())
 		n.start()
-		n.restartPlugin(p, gopher, gophers("gopher", 4))
+		n.restartPlugin(p, gophers("gopher", 4))
 
 		Eventually(eventsFor(n.node.UID)).Should(ContainElement(And(
 			HaveField("Type", corev1.EventTypeWarning),
@@ -480,10 +498,7 @@ var _ = Describe("Node agent checkpoint", func() {
 			return s.State
 		}).Should(Equal(nodeagent.PluginRegistered))
 		other := createPod(testutil.MakePod("other", ns).Node(n.name).Request(gopher, 2))
-		Eventually(deviceAllocation(other)).Should(HaveField("Status.Conditions", ContainElement(And(
-			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
-		otherDA, err := deviceAllocation(other)()
-		Expect(err).NotTo(HaveOccurred())
+		otherDA := allocated(other)
 		Expect(deviceIDs(otherDA, gopher)).NotTo(ContainElements(held[0]))
 		Expect(deviceIDs(otherDA, gopher)).NotTo(ContainElements(held[1]))
 		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(4)))
@@ -501,5 +516,76 @@ var _ = Describe("Node agent Lease", func() {
 		Expect(lease.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(40)))
 		Expect(lease.Spec.RenewTime).NotTo(BeNil())
 		Expect(agent.LeaseName(n.name)).To(Equal(kdcontroller.AgentLeaseName(n.name)), "the controller reads the Lease the agent writes")
+	})
+})
+
+var _ = Describe("Node agent start-up", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("reconciles the objects against its checkpoint: frees, recreates and deletes what changed while it was away", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		left := createPod(testutil.MakePod("left", ns).Node(n.name).Request(gopher, 2))
+		kept := createPod(testutil.MakePod("kept", ns).Node(n.name).Request(gopher, 1))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(3)))
+		keptDA := allocated(kept)
+
+		By("deleting a pod and a DeviceAllocation, and adding a stale one, while the agent is down")
+		n.stop()
+		n.stop = nil
+		deletePod(left)
+		Expect(k8sClient.Delete(ctx, keptDA)).To(Succeed())
+		ghost := testutil.MakeDeviceAllocation("ghost-0123456789", ns).Node(n.name).Pod("ghost", "5f0c7a0e-0000-4000-8000-000000000001").Obj()
+		Expect(k8sClient.Create(ctx, ghost)).To(Succeed())
+
+		n.start()
+		n.restartPlugin(p, gophers("gopher", 4))
+		Eventually(n.holds).WithArguments(left).Should(BeFalse(), "the devices of a pod deleted meanwhile are freed")
+		Eventually(gone(deviceAllocation(left))).Should(BeTrue())
+		Eventually(gone(func() (*kdv1alpha1.DeviceAllocation, error) {
+			da := &kdv1alpha1.DeviceAllocation{}
+			return da, k8sClient.Get(ctx, client.ObjectKeyFromObject(ghost), da)
+		})).Should(BeTrue(), "a DeviceAllocation of no pod is deleted")
+		Eventually(deviceAllocation(kept)).Should(And(
+			HaveField("Status.Summary", keptDA.Status.Summary),
+			HaveField("UID", Not(Equal(keptDA.UID))),
+		), "a deleted DeviceAllocation of a live pod is recreated from the checkpoint")
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(1)))
+	})
+})
+
+var _ = Describe("Node agent with a hung plugin", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("allocates other pods while one plugin hangs in Allocate", func() {
+		const fpga corev1.ResourceName = "acme.io/fpga"
+		n := newNodeAgent(0)
+		release := make(chan struct{})
+		unblock := sync.OnceFunc(func() { close(release) })
+		hung := n.plugin(fpga, gophers("fpga", 1))
+		hung.SetAllocateFunc(func(req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			<-release
+			return envAllocator(req)
+		})
+		DeferCleanup(unblock)
+		n.register(hung)
+		n.register(n.plugin(gopher, gophers("gopher", 4)))
+		Eventually(n.nodeDevice(fpga, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(1)))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+
+		stuck := createPod(testutil.MakePod("stuck", ns).Node(n.name).Request(fpga, 1))
+		Eventually(hung.Calls).Should(ContainElement(dptest.CallAllocate))
+		quick := createPod(testutil.MakePod("quick", ns).Node(n.name).Request(gopher, 1))
+		created := time.Now()
+		Eventually(deviceAllocation(quick)).WithTimeout(5 * time.Second).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		AddReportEntry("Pod allocated while another plugin hangs in Allocate", time.Since(created).String())
+		Expect(gone(deviceAllocation(stuck))()).To(BeTrue(), "the hung allocation is still in flight")
+
+		unblock()
+		Eventually(deviceAllocation(stuck)).Should(HaveField("Status.Summary", string(fpga)+"=fpga-0"))
 	})
 })

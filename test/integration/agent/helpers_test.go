@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -216,13 +217,13 @@ func (n *nodeAgent) plugin(resource corev1.ResourceName, devs []*pluginapi.Devic
 	return p
 }
 
-// restartPlugin stops p and starts and registers a new plugin for resource with devs on the same
-// socket, as a device plugin does when the agent restarts (the agent removes the sockets a
+// restartPlugin stops the gopher plugin p and starts and registers a new one with devs on the
+// same socket, as a device plugin does when the agent restarts (the agent removes the sockets a
 // previous run left, as the kubelet does).
-func (n *nodeAgent) restartPlugin(p *dptest.Plugin, resource corev1.ResourceName, devs []*pluginapi.Device) {
+func (n *nodeAgent) restartPlugin(p *dptest.Plugin, devs []*pluginapi.Device) {
 	GinkgoHelper()
 	p.Stop()
-	n.register(n.plugin(resource, devs))
+	n.register(n.plugin(gopher, devs))
 }
 
 // register registers p with the agent.
@@ -289,6 +290,19 @@ func deviceAllocation(pod *corev1.Pod) func() (*kdv1alpha1.DeviceAllocation, err
 		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: agent.DeviceAllocationName(pod.Name, string(pod.UID))}, da)
 		return da, err
 	}
+}
+
+// allocated waits until the pod's DeviceAllocation says Allocated=True and returns it.
+func allocated(pod *corev1.Pod) *kdv1alpha1.DeviceAllocation {
+	GinkgoHelper()
+	var da *kdv1alpha1.DeviceAllocation
+	Eventually(func(g Gomega) {
+		var err error
+		da, err = deviceAllocation(pod)()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(meta.IsStatusConditionTrue(da.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated)).To(BeTrue(), "Allocated")
+	}).Should(Succeed())
+	return da
 }
 
 // deviceIDs returns the devices of resource the allocation lists, over all containers.
