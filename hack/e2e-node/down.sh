@@ -25,7 +25,7 @@ our_pids() {
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
     [ "${p}" = "$$" ] && continue
-    cmdline=$(tr '\0' ' ' <"/proc/${p}/cmdline" 2>/dev/null) || continue
+    cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/${p}/cmdline") || continue
     case "${cmdline}" in
       *" ${WORK}/"* | *"=${WORK}/"* | *" ${CONTAINERD_STATE}/"* | *" ${CONTAINERD_SOCK}"*) echo "${p}" ;;
     esac
@@ -38,7 +38,7 @@ stop() {
   for name in "$@"; do
     pid=$(cat "${PIDS}/${name}.pid" 2>/dev/null) || continue
     if [ -n "${pid}" ] && kill -0 "${pid}" 2>/dev/null &&
-      tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null | grep -q -- "${name}"; then
+      tr '\0' ' ' 2>/dev/null <"/proc/${pid}/cmdline" | grep -q -- "${name}"; then
       log "stopping ${name} (pid ${pid})"
       kill -TERM "${pid}" 2>/dev/null || true
       pids+=("${pid}")
@@ -104,7 +104,7 @@ for i in 1 2 3; do
   leftover=$(our_pids)
   [ -z "${leftover}" ] && break
   for p in ${leftover}; do
-    log "killing leftover pid ${p}: $(tr '\0' ' ' <"/proc/${p}/cmdline" 2>/dev/null | cut -c1-120)"
+    log "killing leftover pid ${p}: $(tr '\0' ' ' 2>/dev/null <"/proc/${p}/cmdline" | cut -c1-120)"
     kill -KILL "${p}" 2>/dev/null || true
   done
   sleep 0.5
@@ -203,9 +203,31 @@ if [ -d /run/containerd/s ]; then
     grep -qxF "${s}" <<<"${live}" || rm -f "${s}"
   done
 fi
-for d in /var/log/containers /var/run/cdi /etc/cdi /var/run/nri /etc/cni/net.d /etc/cni /run/containerd/s /run/containerd; do
-  key=$(echo "${d}" | tr / _)
-  if [ -f "${WORK}/host/created${key}" ] && [ -d "${d}" ]; then
+# containerd's CNI result cache (/var/lib/cni) keeps the results of pods that were killed rather than
+# deleted: ours are those of our network and the loopback results of the same sandboxes.
+if [ -d /var/lib/cni/results ]; then
+  for r in /var/lib/cni/results/kubedevice-e2e-*; do
+    [ -e "${r}" ] || continue
+    id=${r#/var/lib/cni/results/kubedevice-e2e-}
+    id=${id%-*}
+    rm -f "${r}" "/var/lib/cni/results/cni-loopback-${id}-lo"
+  done
+fi
+created() { [ -f "${WORK}/host/created$(echo "$1" | tr / _)" ]; }
+if [ -z "$(our_mounts)" ]; then
+  for d in ${HOST_DIRS_OWNED}; do
+    if created "${d}" && [ -d "${d}" ]; then
+      if awk -v d="${d}" 'index($5, d "/") == 1 || $5 == d {found = 1} END {exit !found}' /proc/self/mountinfo; then
+        warn "not removing ${d}: something is mounted under it"
+      else
+        log "removing ${d} (created by the cluster)"
+        rm -rf "${d}"
+      fi
+    fi
+  done
+fi
+for d in $(echo "${HOST_DIRS_SHARED}" | tr ' ' '\n' | sort -r); do
+  if created "${d}" && [ -d "${d}" ]; then
     rmdir "${d}" 2>/dev/null || warn "${d} was created by up.sh but is not empty: left in place"
   fi
 done

@@ -39,6 +39,13 @@ NODE_NAME=${NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}
 IMAGE=${E2E_IMAGE:-docker.io/local/kubedevice:e2e}
 IMAGE_TAR=${WORK}/image.tar
 APISERVER=https://127.0.0.1:6443
+# Host directories the cluster creates outside its own directories when they are missing. up.sh
+# records which existed; down.sh removes the others: HOST_DIRS_OWNED with their contents (only the
+# cluster writes there: the kubelet's device-plugin socket, which it always puts under
+# /var/lib/kubelet whatever its root dir; containerd's CNI result cache; the kubedevice agent's
+# hostPath state; libmount's utab), HOST_DIRS_SHARED only when empty, deepest first.
+HOST_DIRS_OWNED="/var/lib/kubelet /var/lib/cni /var/lib/kubedevice /run/mount"
+HOST_DIRS_SHARED="/etc/cni /etc/cni/net.d /var/run/nri /etc/cdi /var/run/cdi /var/log/containers /run/containerd /run/containerd/s"
 # The sysctls the kubelet sets (up.sh records the values it found; down.sh puts them back).
 KUBELET_SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops"
 

@@ -50,7 +50,7 @@ if [ ! -f "${WORK}/host/iptables-chains" ]; then
   done >"${WORK}/host/iptables-chains.tmp"
   mv "${WORK}/host/iptables-chains.tmp" "${WORK}/host/iptables-chains"
 fi
-for d in /etc/cni /etc/cni/net.d /var/run/nri /etc/cdi /var/run/cdi /var/log/containers /run/containerd /run/containerd/s; do
+for d in ${HOST_DIRS_OWNED} ${HOST_DIRS_SHARED}; do
   key=$(echo "${d}" | tr / _)
   if [ ! -e "${WORK}/host/existed${key}" ] && [ ! -e "${WORK}/host/created${key}" ]; then
     if [ -d "${d}" ]; then touch "${WORK}/host/existed${key}"; else touch "${WORK}/host/created${key}"; fi
