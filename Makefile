@@ -89,6 +89,27 @@ bench: envtest-assets ## Run the benchmarks (allocation latency, checkpoint writ
 envtest-assets: ## Build etcd, kube-apiserver and kube-scheduler from source into bin/k8s (skipped when present).
 	KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) K8S_BIN_DIR=$(K8S_BIN_DIR) hack/build-control-plane.sh
 
+##@ Real node (root; builds and starts a kubelet and containerd on this machine: never part of `make test`)
+
+E2E_NODE_KUBECONFIG ?= $(LOCALBIN)/e2e-node/kubeconfig
+
+.PHONY: e2e-node
+e2e-node: ## Install, start a real single-node cluster (kubelet, containerd 2.4 with NRI), run test/e2e-node, tear it down.
+	hack/e2e-node/e2e.sh
+
+.PHONY: e2e-node-up
+e2e-node-up: ## Install and start the real-node cluster, and leave it up (KUBECONFIG=bin/e2e-node/kubeconfig).
+	hack/e2e-node/install.sh
+	hack/e2e-node/up.sh
+
+.PHONY: e2e-node-test
+e2e-node-test: ## Run the real-node e2e suite against the cluster that e2e-node-up started.
+	KUBECONFIG=$(E2E_NODE_KUBECONFIG) E2E_KUBECTL=$(K8S_BIN_DIR)/kubectl go test -v -tags e2enode -count=1 -timeout 30m ./test/e2e-node/ -ginkgo.v
+
+.PHONY: e2e-node-down
+e2e-node-down: ## Stop the real-node cluster and restore the host (safe to run twice).
+	hack/e2e-node/down.sh
+
 ##@ Build
 
 .PHONY: build
