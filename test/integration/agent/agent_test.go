@@ -193,6 +193,8 @@ var _ = Describe("Node agent writes", func() {
 		nd, err := n.nodeDevice(gopher, 0)()
 		Expect(err).NotTo(HaveOccurred())
 		n.restart()
+		Consistently(n.writes.mirror).WithTimeout(quiet).Should(Equal(writes),
+			"the restored resource is held back while its plugin has not registered again")
 		n.restartPlugin(p, gophers("gopher", 4))
 		Eventually(func() nodeagent.PluginState {
 			s, _ := n.dm.Snapshot(string(gopher))
@@ -283,6 +285,34 @@ var _ = Describe("Node agent device state", func() {
 			HaveField("Status.Unhealthy", BeEquivalentTo(0)),
 			HaveField("Status.Allocatable", BeEquivalentTo(4)),
 		))
+	})
+
+	It("puts back what others change in the fields it owns", func() {
+		n := newNodeAgent(0)
+		n.register(n.plugin(gopher, gophers("gopher", 4)))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+		pod := createPod(testutil.MakePod("steady", ns).Node(n.name).Request(gopher, 1))
+		da := allocated(pod)
+
+		By("someone rewriting the NodeDevice's counts and dropping a label")
+		nd, err := n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		patch := client.MergeFrom(nd.DeepCopy())
+		nd.Status.Allocatable = 99
+		Expect(k8sClient.Status().Patch(ctx, nd, patch, client.FieldOwner("someone"))).To(Succeed())
+		patch = client.MergeFrom(nd.DeepCopy())
+		delete(nd.Labels, kdv1alpha1.LabelResourceName)
+		Expect(k8sClient.Patch(ctx, nd, patch, client.FieldOwner("someone"))).To(Succeed())
+		Eventually(n.nodeDevice(gopher, 0)).Should(And(
+			HaveField("Status.Allocatable", BeEquivalentTo(4)),
+			HaveField("Labels", HaveKeyWithValue(kdv1alpha1.LabelResourceName, agent.LabelValue(string(gopher)))),
+		))
+
+		By("someone rewriting the DeviceAllocation's devices")
+		patch = client.MergeFrom(da.DeepCopy())
+		da.Status.Summary = "example.com/gopher=nonsense"
+		Expect(k8sClient.Status().Patch(ctx, da, patch, client.FieldOwner("someone"))).To(Succeed())
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Summary", Not(ContainSubstring("nonsense"))))
 	})
 
 	It("never allocates a cordoned device, from any shard, and counts it", func() {
