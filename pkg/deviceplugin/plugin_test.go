@@ -105,7 +105,11 @@ func TestWatcherGetInfoAndRefusal(t *testing.T) {
 		first, err = os.Stat(p.SocketPath())
 		return err
 	})
-	conn, err := grpc.NewClient("unix://"+p.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The socket file exists from bind, a moment before the plugin listens:
+	// wait until it is served.
+	conn, err := grpc.NewClient("unix://"+p.SocketPath(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +149,9 @@ func TestWatcherGetInfoAndRefusal(t *testing.T) {
 	if _, err := conn2.GetDevicePluginOptions(ctx, &v1beta1.Empty{}); err != nil {
 		t.Fatalf("GetDevicePluginOptions on the re-created socket: %v", err)
 	}
-	watcher2, err := grpc.NewClient("unix://"+p.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	watcher2, err := grpc.NewClient("unix://"+p.SocketPath(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {
 		t.Fatal(err)
 	}
