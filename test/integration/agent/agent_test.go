@@ -536,16 +536,24 @@ var _ = Describe("Node agent checkpoint", func() {
 })
 
 var _ = Describe("Node agent Lease", func() {
-	It("renews its Lease in its namespace, held by its node", func() {
-		n := newNodeAgent(0)
+	It("renews its Lease in its namespace, held by its node, and writes nothing else when idle", func() {
+		const renew = 500 * time.Millisecond
+		n := newNodeAgent(0, func(o *agent.Options) { o.LeaseRenewInterval = renew })
 		lease := &coordinationv1.Lease{}
-		Eventually(func() error {
-			return k8sClient.Get(ctx, types.NamespacedName{Namespace: agentNamespace, Name: agent.LeaseName(n.name)}, lease)
-		}).Should(Succeed())
+		key := types.NamespacedName{Namespace: agentNamespace, Name: agent.LeaseName(n.name)}
+		Eventually(func() error { return k8sClient.Get(ctx, key, lease) }).Should(Succeed())
 		Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal(n.name)))
 		Expect(lease.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(40)))
-		Expect(lease.Spec.RenewTime).NotTo(BeNil())
 		Expect(agent.LeaseName(n.name)).To(Equal(kdcontroller.AgentLeaseName(n.name)), "the controller reads the Lease the agent writes")
+
+		first := lease.Spec.RenewTime.Time
+		leases, mirror := n.writes.of("leases"), n.writes.mirror()
+		Eventually(func() (time.Time, error) {
+			err := k8sClient.Get(ctx, key, lease)
+			return lease.Spec.RenewTime.Time, err
+		}).Should(BeTemporally(">", first))
+		Consistently(n.writes.mirror).WithTimeout(4 * renew).Should(Equal(mirror))
+		Expect(n.writes.of("leases") - leases).To(BeNumerically("~", 6, 3), "one renewal per interval")
 	})
 })
 

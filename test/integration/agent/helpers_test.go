@@ -124,18 +124,20 @@ type nodeAgent struct {
 	node *corev1.Node
 	dm   *nodeagent.Manager
 	stop func()
+	// options adjust the agent's options.
+	options []func(*agent.Options)
 }
 
 // newNodeAgent creates a Node and starts its agent with the given endpoint grace period (0: the
-// default); both go away after the spec.
-func newNodeAgent(grace time.Duration) *nodeAgent {
+// default) and options; both go away after the spec.
+func newNodeAgent(grace time.Duration, options ...func(*agent.Options)) *nodeAgent {
 	GinkgoHelper()
 	dir, err := os.MkdirTemp("", "kd")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, dir)
 	Expect(os.WriteFile(filepath.Join(dir, "boot_id"), []byte("3d1c6a3e-6a5f-4f7e-9d2c-1b2a3c4d5e6f\n"), 0o600)).To(Succeed())
 
-	n := &nodeAgent{name: uniqueName("node"), dir: dir, grace: grace, writes: &writeCounter{counts: map[string]int{}}}
+	n := &nodeAgent{name: uniqueName("node"), dir: dir, grace: grace, writes: &writeCounter{counts: map[string]int{}}, options: options}
 	n.node = testutil.MakeNode(n.name).Obj()
 	Expect(k8sClient.Create(ctx, n.node)).To(Succeed())
 	DeferCleanup(func() {
@@ -184,7 +186,11 @@ func (n *nodeAgent) start() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(indexer.Setup(ctx, mgr.GetFieldIndexer())).To(Succeed())
-	a, err := agent.Setup(mgr, dm, agent.Options{NodeName: n.name, Namespace: agentNamespace})
+	opts := agent.Options{NodeName: n.name, Namespace: agentNamespace}
+	for _, o := range n.options {
+		o(&opts)
+	}
+	a, err := agent.Setup(mgr, dm, opts)
 	Expect(err).NotTo(HaveOccurred())
 	n.dm = dm
 	n.stop = runManager(mgr)
