@@ -323,7 +323,7 @@ func (s *Server) ensureSocket() error {
 	dir := s.cfg.PluginDir
 	fi, err := os.Lstat(s.socketPath)
 	switch {
-	case err == nil && s.ln != nil && os.SameFile(fi, s.lnInfo):
+	case err == nil && s.ln != nil && isOurSocket(fi, s.lnInfo):
 		return nil
 	case err == nil && fi.Mode()&os.ModeSocket != 0:
 		if err := os.Remove(s.socketPath); err != nil && !os.IsNotExist(err) {
@@ -358,6 +358,14 @@ func (s *Server) ensureSocket() error {
 	s.serveWG.Add(1)
 	go s.serve(ln)
 	return nil
+}
+
+// isOurSocket reports whether fi is the socket our listener created. The
+// inode alone is not enough: the kernel reuses the number of a deleted file at
+// once, so a socket someone else bound after removing ours may carry it. The
+// modification time, set when the socket was bound, tells them apart.
+func isOurSocket(fi, ours os.FileInfo) bool {
+	return os.SameFile(fi, ours) && fi.ModTime().Equal(ours.ModTime())
 }
 
 // retireListener closes the current listener without unlinking the path,
