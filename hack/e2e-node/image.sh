@@ -4,8 +4,10 @@
 #
 # Usage: hack/e2e-node/image.sh [static-binary ...]
 # Environment: E2E_IMAGE (default docker.io/local/kubedevice:e2e)
+#              E2E_IMAGE_BINARIES  space-separated binaries, used when none are given as arguments
+#                                  (so `E2E_IMAGE_BINARIES="bin/kubedevice-agent ..." up.sh` works)
 # The binaries of the previous build are kept when none are given, so a later `up.sh` re-imports the
-# same image.
+# same image. Binaries must be static (CGO_ENABLED=0, as `make build` builds them).
 set -euo pipefail
 
 # shellcheck source=hack/e2e-node/lib.sh
@@ -15,15 +17,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 mkdir -p "${WORK}"
 
 bins_file=${WORK}/image.binaries
-if [ $# -gt 0 ]; then
-  : >"${bins_file}"
-  for b in "$@"; do
-    [ -f "${b}" ] || die "no such binary: ${b}"
-    readlink -f "${b}" >>"${bins_file}"
-  done
+if [ $# -eq 0 ] && [ -n "${E2E_IMAGE_BINARIES:-}" ]; then
+  # shellcheck disable=SC2086 # a list of paths
+  set -- ${E2E_IMAGE_BINARIES}
 fi
 bins=()
-if [ -f "${bins_file}" ]; then
+if [ $# -gt 0 ]; then
+  for b in "$@"; do
+    [ -f "${b}" ] || die "no such binary: ${b}"
+    bins+=("$(readlink -f "${b}")")
+  done
+elif [ -f "${bins_file}" ]; then
   mapfile -t bins <"${bins_file}"
 fi
 args=()
@@ -34,6 +38,8 @@ done
 log "building image ${IMAGE}${bins[*]:+ with ${bins[*]}}"
 out=$("${NODE_BIN}/mkimage" -o "${IMAGE_TAR}" -name "${IMAGE}" -busybox /bin/busybox -pause "${NODE_BIN}/pause" "${args[@]}")
 digest=${out##* }
+# Remembered only once they made an image.
+printf '%s\n' "${bins[@]}" | grep -v '^$' >"${bins_file}" || true
 log "wrote ${IMAGE_TAR} (manifest ${digest})"
 
 if [ -S "${CONTAINERD_SOCK}" ] && ctr version >/dev/null 2>&1; then

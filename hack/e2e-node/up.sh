@@ -87,9 +87,8 @@ if [ "$(cat "${PKI}/node-ip" 2>/dev/null)" != "${NODE_IP}" ] || [ ! -f "${PKI}/t
   openssl req -x509 -new -key "${PKI}/ca.key" -subj "/CN=kubedevice-e2e-ca" -days 365 \
     -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
     -out "${PKI}/ca.crt" 2>/dev/null
-  first_service_ip=${SERVICE_IP}
   cert apiserver "/CN=kube-apiserver" \
-    "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,DNS:${NODE_NAME},IP:127.0.0.1,IP:${first_service_ip},IP:${NODE_IP}"
+    "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,DNS:${NODE_NAME},IP:127.0.0.1,IP:${SERVICE_IP},IP:${NODE_IP}"
   cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
   openssl genrsa -out "${PKI}/sa.key" 2048 2>/dev/null
   openssl rsa -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub" 2>/dev/null
