@@ -29,9 +29,10 @@
 // # NodeDevices
 //
 // The NodeDevice mirror (nodedevice_controller.go) is keyed by resource name and fed by the core's
-// subscription. Its queue (queue.go) hands a resource out at most once per second, so each
-// NodeDevice is written at most once per second; each write is made only when the desired status
-// (nodedevice_status.go) differs from the cached object, so nothing is written in steady state.
+// subscription. Its queue (queue.go) lets the changes of one event settle into one run, and a
+// run less than a second after the last one that wrote waits for the rest of the second, so each
+// NodeDevice is written at most once per second; a write is made only when the desired status
+// (nodedevice_status.go) differs from the object, so nothing is written in steady state.
 // Resources with more than 128 devices are split into shards named NodeDeviceName(node,
 // resource, shard). Cordons from every shard are handed to the core.
 //

@@ -31,18 +31,23 @@ import (
 
 // nodeDeviceReconciler mirrors the core's resources into NodeDevices. Its work queue is keyed by
 // resource name (reconcile.Request.Name), fed by the core's subscription, by changes to the
-// node's NodeDevices (cordons, drift, deletion) and by the Node's creation; it hands each resource
-// out at most once per WriteInterval, so each NodeDevice is written at most once per interval.
+// node's NodeDevices (cordons, drift, deletion) and by the Node's creation, and lets changes
+// settle before a run. A run that comes less than WriteInterval after the last run that wrote
+// anything for the resource waits for the rest of the interval, so each NodeDevice is written at
+// most once per interval, while a change after a quiet interval is written at once.
 type nodeDeviceReconciler struct {
 	*Agent
 
 	mu sync.Mutex
 	// cordons are the cordons last handed to the core, per resource.
 	cordons map[string][]string
+	// lastWrite is when the last run that wrote ended, per resource.
+	lastWrite map[string]time.Time
 }
 
 func (r *nodeDeviceReconciler) setupWithManager(mgr manager.Manager) error {
 	r.cordons = map[string][]string{}
+	r.lastWrite = map[string]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodedevice-mirror").
 		WatchesRawSource(source.Func(r.subscribe)).
@@ -53,7 +58,7 @@ func (r *nodeDeviceReconciler) setupWithManager(mgr manager.Manager) error {
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(false),
 			NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-				return newCoalescingQueue(name, rl, r.clock, r.opts.WriteInterval, r.opts.WriteSettle)
+				return newSettlingQueue(name, rl, r.clock, r.opts.WriteSettle)
 			},
 		}).
 		Complete(r)
@@ -67,8 +72,17 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, err
 	}
 	resource := req.Name
+	if wait := r.writeWait(resource); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	lg := log.FromContext(ctx).WithValues("resourceName", resource)
 	ctx = log.IntoContext(ctx, lg)
+	writes := 0
+	defer func() {
+		if writes > 0 {
+			r.wrote(resource)
+		}
+	}()
 
 	existing, err := r.nodeDevicesOf(ctx, resource)
 	if err != nil {
@@ -83,6 +97,7 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 				if err := deleteObject(ctx, r.client, nodeDeviceGVK.Kind, &existing[i]); err != nil {
 					return reconcile.Result{}, err
 				}
+				writes++
 				lg.Info("Deleted the NodeDevice of a removed resource", "nodeDevice", existing[i].Name)
 			}
 		}
@@ -100,7 +115,9 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	info := r.dm.CheckpointInfo()
 	keep, remove := planShards(r.opts.NodeName, snap, existing)
 	for _, p := range keep {
-		if err := r.syncShard(ctx, node, snap, p, info); err != nil {
+		n, err := r.syncShard(ctx, node, snap, p, info)
+		writes += n
+		if err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -108,34 +125,37 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		if err := deleteObject(ctx, r.client, nodeDeviceGVK.Kind, nd); err != nil {
 			return reconcile.Result{}, err
 		}
+		writes++
 		lg.Info("Deleted a surplus NodeDevice shard", "nodeDevice", nd.Name)
 	}
 	return reconcile.Result{}, nil
 }
 
 // syncShard creates or fixes one shard's metadata and spec, then its status, each only if it
-// differs from the object. The cached object decides when nothing differs; otherwise the object
-// is read from the API server first, as the cache may not have seen the agent's own last write.
+// differs from the object, and returns the number of writes. The cached object decides when
+// nothing differs; otherwise the object is read from the API server first, as the cache may not
+// have seen the agent's own last write.
 func (r *nodeDeviceReconciler) syncShard(ctx context.Context, node *corev1.Node, snap nodeagent.ResourceSnapshot,
-	p shardPlan, info nodeagent.CheckpointInfo) error {
+	p shardPlan, info nodeagent.CheckpointInfo) (int, error) {
 	now := r.clock.Now()
 	upToDate := func(current *kdv1alpha1.NodeDevice) bool {
 		return current != nil && nodeDeviceMetaUpToDate(current, node, snap.ResourceName, p.shard) &&
 			nodeDeviceStatusUpToDate(current, nodeDeviceStatus(snap, p.devices, current, info, current.Generation, now))
 	}
 	if upToDate(p.current) {
-		return nil
+		return 0, nil
 	}
 	current := &kdv1alpha1.NodeDevice{}
 	if err := r.apiReader.Get(ctx, client.ObjectKey{Name: p.name}, current); apierrors.IsNotFound(err) {
 		current = nil
 	} else if err != nil {
-		return fmt.Errorf("getting NodeDevice %q: %w", p.name, err)
+		return 0, fmt.Errorf("getting NodeDevice %q: %w", p.name, err)
 	}
 	if upToDate(current) {
-		return nil
+		return 0, nil
 	}
 
+	writes := 0
 	var generation int64
 	if current != nil {
 		generation = current.Generation
@@ -153,23 +173,25 @@ func (r *nodeDeviceReconciler) syncShard(ctx context.Context, node *corev1.Node,
 		}
 		gen, err := applyObject(ctx, r.client, nodeDeviceGVK, nd)
 		if err != nil {
-			return err
+			return writes, err
 		}
+		writes++
 		generation = gen
 		log.FromContext(ctx).V(1).Info("Applied NodeDevice", "nodeDevice", p.name, "created", current == nil)
 	}
 
 	want := nodeDeviceStatus(snap, p.devices, current, info, generation, now)
 	if nodeDeviceStatusUpToDate(current, want) {
-		return nil
+		return writes, nil
 	}
 	nd := &kdv1alpha1.NodeDevice{ObjectMeta: metav1.ObjectMeta{Name: p.name}, Status: want}
 	if err := applyStatus(ctx, r.client, nodeDeviceGVK, nd); err != nil {
-		return err
+		return writes, err
 	}
+	writes++
 	log.FromContext(ctx).V(1).Info("Applied NodeDevice status", "nodeDevice", p.name,
 		"capacity", want.Capacity, "allocatable", want.Allocatable, "allocated", want.Allocated, "unhealthy", want.Unhealthy)
-	return nil
+	return writes, nil
 }
 
 // nodeDevicesOf returns the cached NodeDevices of the node for resource.
@@ -185,6 +207,28 @@ func (r *nodeDeviceReconciler) nodeDevicesOf(ctx context.Context, resource strin
 		}
 	}
 	return out, nil
+}
+
+// writeWait returns how long resource must wait before its NodeDevices may be written again.
+func (r *nodeDeviceReconciler) writeWait(resource string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.lastWrite[resource]
+	if !ok {
+		return 0
+	}
+	wait := last.Add(r.opts.WriteInterval).Sub(r.clock.Now())
+	if wait <= 0 {
+		delete(r.lastWrite, resource)
+	}
+	return wait
+}
+
+// wrote records that a run wrote the NodeDevices of resource.
+func (r *nodeDeviceReconciler) wrote(resource string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastWrite[resource] = r.clock.Now()
 }
 
 // setCordons hands ids to the core when they changed since the last time.

@@ -11,22 +11,13 @@ import (
 	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
 )
 
-func TestCoalescingQueue(t *testing.T) {
+func TestSettlingQueue(t *testing.T) {
 	clk := testingclock.NewFakeClock(t0)
-	q := newCoalescingQueue("test", workqueue.DefaultTypedControllerRateLimiter[string](), clk, time.Second, 100*time.Millisecond)
+	q := newSettlingQueue("test", workqueue.DefaultTypedControllerRateLimiter[string](), clk, 100*time.Millisecond)
 	defer q.ShutDown()
 
 	// The delaying queue moves items asynchronously: poll for them, and give a wrong move a
 	// moment to show before concluding that nothing moved.
-	waitLen := func(want int) {
-		t.Helper()
-		dptest.Eventually(t, 5*time.Second, func() error {
-			if got := q.Len(); got != want {
-				return fmt.Errorf("queue length %d, want %d", got, want)
-			}
-			return nil
-		})
-	}
 	staysEmpty := func(what string) {
 		t.Helper()
 		for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -37,7 +28,12 @@ func TestCoalescingQueue(t *testing.T) {
 	}
 	take := func(want string) {
 		t.Helper()
-		waitLen(1)
+		dptest.Eventually(t, 5*time.Second, func() error {
+			if got := q.Len(); got != 1 {
+				return fmt.Errorf("queue length %d, want 1", got)
+			}
+			return nil
+		})
 		item, _ := q.Get()
 		if item != want {
 			t.Fatalf("got %q, want %q", item, want)
@@ -45,31 +41,17 @@ func TestCoalescingQueue(t *testing.T) {
 		q.Done(item)
 	}
 
-	// The first change waits the settle time; those during it coalesce into one run.
+	// A change waits the settle time; those during it coalesce into one run.
 	q.Add("gpu")
+	clk.Step(50 * time.Millisecond)
 	q.Add("gpu")
 	staysEmpty("an item was handed out before the settle time")
-	clk.Step(100 * time.Millisecond)
+	clk.Step(50 * time.Millisecond)
 	take("gpu")
-	staysEmpty("two adds during the settle time ran twice")
+	staysEmpty("two adds within the settle time ran twice")
 
-	// A change soon after a run waits for the rest of the interval.
-	clk.Step(200 * time.Millisecond)
-	q.Add("gpu")
-	q.Add("gpu")
-	clk.Step(700 * time.Millisecond)
-	staysEmpty("an item was handed out twice within the interval")
-	clk.Step(100 * time.Millisecond)
-	take("gpu")
-
-	// Another item is not held back by the first one's interval.
-	q.Add("fpga")
-	clk.Step(100 * time.Millisecond)
+	// RequeueAfter is not delayed further.
+	q.AddAfter("fpga", 10*time.Millisecond)
+	clk.Step(10 * time.Millisecond)
 	take("fpga")
-
-	// After a quiet interval, a change waits only the settle time.
-	clk.Step(5 * time.Second)
-	q.Add("gpu")
-	clk.Step(100 * time.Millisecond)
-	take("gpu")
 }
