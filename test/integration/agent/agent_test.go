@@ -185,9 +185,9 @@ var _ = Describe("Node agent writes", func() {
 		writes := n.settle()
 
 		By("staying idle")
-		leases := n.writes.of("leases")
+		leases := n.writes.leases()
 		Consistently(n.writes.mirror).WithTimeout(3 * time.Second).Should(Equal(writes))
-		Expect(n.writes.of("leases")-leases).To(BeNumerically("<=", 1), "the Lease is renewed every 10 s")
+		Expect(n.writes.leases()-leases).To(BeNumerically("<=", 1), "the Lease is renewed every 10 s")
 
 		By("restarting the agent")
 		nd, err := n.nodeDevice(gopher, 0)()
@@ -313,6 +313,37 @@ var _ = Describe("Node agent device state", func() {
 		da.Status.Summary = "example.com/gopher=nonsense"
 		Expect(k8sClient.Status().Patch(ctx, da, patch, client.FieldOwner("someone"))).To(Succeed())
 		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Summary", Not(ContainSubstring("nonsense"))))
+	})
+
+	It("writes a flapping device's NodeDevice at most once a second", func() {
+		n := newNodeAgent(0)
+		devs := gophers("gopher", 4)
+		p := n.plugin(gopher, devs)
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+		before := n.settle()
+
+		// The plugin flips gopher-1 every 50 ms for 2 s: 40 changes.
+		const flips, every = 40, 50 * time.Millisecond
+		start := time.Now()
+		ticker := time.NewTicker(every)
+		defer ticker.Stop()
+		for i := range flips {
+			<-ticker.C
+			health := pluginapi.Unhealthy
+			if i%2 == 1 {
+				health = pluginapi.Healthy
+			}
+			devs[1] = dptest.Device("gopher-1", health)
+			p.Update(devs)
+		}
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+		writes := n.settle() - before
+		elapsed := time.Since(start)
+		AddReportEntry("NodeDevice writes for 40 health flips over 2 s", writes)
+		// One write per started second of flapping, plus the final state.
+		Expect(writes).To(BeNumerically("<=", int(elapsed/time.Second)+2))
+		Expect(writes).To(BeNumerically(">=", 2), "the flapping is published, coalesced")
 	})
 
 	It("never allocates a cordoned device, from any shard, and counts it", func() {
@@ -547,13 +578,13 @@ var _ = Describe("Node agent Lease", func() {
 		Expect(agent.LeaseName(n.name)).To(Equal(kdcontroller.AgentLeaseName(n.name)), "the controller reads the Lease the agent writes")
 
 		first := lease.Spec.RenewTime.Time
-		leases, mirror := n.writes.of("leases"), n.writes.mirror()
+		leases, mirror := n.writes.leases(), n.writes.mirror()
 		Eventually(func() (time.Time, error) {
 			err := k8sClient.Get(ctx, key, lease)
 			return lease.Spec.RenewTime.Time, err
 		}).Should(BeTemporally(">", first))
 		Consistently(n.writes.mirror).WithTimeout(4 * renew).Should(Equal(mirror))
-		Expect(n.writes.of("leases") - leases).To(BeNumerically("~", 6, 3), "one renewal per interval")
+		Expect(n.writes.leases()-leases).To(BeNumerically("~", 6, 3), "one renewal per interval")
 	})
 })
 

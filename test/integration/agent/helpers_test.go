@@ -90,11 +90,11 @@ func (w *writeCounter) mirror() int {
 	return w.counts["nodedevices"] + w.counts["deviceallocations"]
 }
 
-// of returns the writes to resource (nodedevices, deviceallocations, leases, events) so far.
-func (w *writeCounter) of(resource string) int {
+// leases is the number of writes to Leases so far.
+func (w *writeCounter) leases() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.counts[resource]
+	return w.counts["leases"]
 }
 
 // resourceOfPath returns the resource of an API path: the segment after the namespace (or after
