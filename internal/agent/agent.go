@@ -19,6 +19,10 @@ import (
 	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
 )
 
+// startupTimeout bounds the start-up's API calls (listing the node's DeviceAllocations,
+// NodeDevices and pods) and checkpoint work.
+const startupTimeout = 2 * time.Minute
+
 // errNotReady is the readiness check's answer until the checkpoint is restored and the device
 // manager serves plugins.
 var errNotReady = errors.New("the device manager has not started yet")
@@ -103,12 +107,31 @@ func (startup) NeedLeaderElection() bool { return false }
 
 // Start restores the checkpoint (rebuilding it from this node's DeviceAllocations when it is
 // corrupt), hands the administrators' cordons to the core, frees the devices of pods that ended
-// while the agent was away, starts the core, and marks the agent ready. Caches have synced before
-// runnables start, so the view of pods it frees against is complete.
+// while the agent was away, starts the core, and marks the agent ready. Listing from the cache
+// waits for its informers to sync, so the view of pods it frees against is complete.
 func (s startup) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("startup")
 	ctx = ctrl.LoggerInto(ctx, log)
+	if err := s.restore(ctx); err != nil {
+		return err
+	}
+	if err := s.dm.Start(ctx); err != nil {
+		return fmt.Errorf("starting the device manager: %w", err)
+	}
+	s.started = s.clock.Now()
+	close(s.ready)
+	log.Info("Agent ready", "node", s.opts.NodeName)
 
+	<-ctx.Done()
+	s.dm.Stop()
+	return nil
+}
+
+// restore brings the core's state back before it starts, within startupTimeout.
+func (s startup) restore(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx)
+	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
 	res, err := s.dm.RestoreCheckpoint(ctx)
 	var corrupt *checkpoint.CorruptError
 	switch {
@@ -125,19 +148,7 @@ func (s startup) Start(ctx context.Context) error {
 	if err := s.restoreCordons(ctx); err != nil {
 		return err
 	}
-	if err := s.freeEnded(ctx); err != nil {
-		return err
-	}
-	if err := s.dm.Start(ctx); err != nil {
-		return fmt.Errorf("starting the device manager: %w", err)
-	}
-	s.started = s.clock.Now()
-	close(s.ready)
-	log.Info("Agent ready", "node", s.opts.NodeName)
-
-	<-ctx.Done()
-	s.dm.Stop()
-	return nil
+	return s.freeEnded(ctx)
 }
 
 // rebuild restores the allocations from this node's DeviceAllocations after the checkpoint was

@@ -29,6 +29,9 @@ import (
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
+// mirrorReconcileTimeout bounds a resource's reconcile, and with it every API call it makes.
+const mirrorReconcileTimeout = 30 * time.Second
+
 // nodeDeviceReconciler mirrors the core's resources into NodeDevices. Its work queue is keyed by
 // resource name (reconcile.Request.Name), fed by the core's subscription, by changes to the
 // node's NodeDevices (cordons, drift, deletion) and by the Node's creation, and lets changes
@@ -57,6 +60,7 @@ func (r *nodeDeviceReconciler) setupWithManager(mgr manager.Manager) error {
 		WithOptions(crcontroller.Options{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(false),
+			ReconciliationTimeout:   mirrorReconcileTimeout,
 			NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 				return newSettlingQueue(name, rl, r.clock, r.opts.WriteSettle)
 			},

@@ -46,6 +46,10 @@ const (
 // the allocations of one pod and lets different pods' run concurrently.
 const podWorkers = 4
 
+// podReconcileTimeout bounds a pod's reconcile, and with it every plugin call and API call it
+// makes: Allocate and PreStartContainer have 30 s deadlines of their own, per resource.
+const podReconcileTimeout = 2 * time.Minute
+
 // podReconciler allocates the devices of the pods bound to the node, frees them when the pods
 // end, and mirrors each pod's devices into its DeviceAllocation. Keyed by pod namespace/name, so
 // a pod, the pod recreated under the same name, and their DeviceAllocations are reconciled
@@ -62,7 +66,11 @@ func (r *podReconciler) setupWithManager(mgr manager.Manager) error {
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
 		Watches(&kdv1alpha1.DeviceAllocation{}, handler.EnqueueRequestsFromMapFunc(podOf)).
 		WatchesRawSource(source.Func(r.retriggerWaiting)).
-		WithOptions(crcontroller.Options{MaxConcurrentReconciles: podWorkers, NeedLeaderElection: ptr.To(false)}).
+		WithOptions(crcontroller.Options{
+			MaxConcurrentReconciles: podWorkers,
+			NeedLeaderElection:      ptr.To(false),
+			ReconciliationTimeout:   podReconcileTimeout,
+		}).
 		Complete(r)
 }
 
