@@ -1,0 +1,23 @@
+// Package devenv is `kubedevice dev`: a local cluster on one machine, with no kubelet, that shows
+// kubedevice at work.
+//
+// It starts etcd and kube-apiserver with controller-runtime's envtest control plane (certificates,
+// an admin user in system:masters whose kubeconfig it writes to <workdir>/kubeconfig) and
+// kube-scheduler as a subprocess; installs the CRDs and admission policies embedded in the binary
+// (package config); creates a Ready node, demo-node, whose device manager is the kubedevice agent;
+// starts the controller, the agent and the Gopher device plugin with one gopher as subprocesses,
+// each logging to <workdir>/logs/<name>.log; then creates two pods that each ask for one gopher.
+// The first is bound and gets the gopher, the second stays Pending with the scheduler's
+// "Insufficient example.com/gopher". It prints what kubectl would show, rendering the API server's
+// own Table output (the server-side printing kubectl uses) with kubectl's layout, so the demo needs
+// no kubectl.
+//
+// Every wait has a timeout and names what did not happen, with the end of the log of the component
+// that should have made it happen. A component that stops on its own stops the run. At the end
+// (Ctrl-C, or right after the demo with Options.ExitAfterDemo) everything is stopped in the
+// reverse order of its start, and the sockets, the agent's checkpoint and the kubeconfig are
+// removed; the logs stay.
+//
+// Unix socket paths are limited to 108 bytes: when the work directory's path is too long for the
+// plugin sockets, they go to a short directory under /tmp, and kubedevice dev says so.
+package devenv

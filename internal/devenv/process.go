@@ -1,0 +1,146 @@
+package devenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Stopping a component: SIGTERM, then SIGKILL if it is still running after stopTimeout.
+const stopTimeout = 10 * time.Second
+
+// tailLines is how much of a component's log an error shows.
+const tailLines = 25
+
+var errStillRunning = errors.New("still running after SIGKILL")
+
+// component is a subprocess of kubedevice dev: one of kube-scheduler, the kubedevice controller,
+// agent and Gopher plugin. Its stdout and stderr go to its log file.
+type component struct {
+	name    string
+	logPath string
+	cmd     *exec.Cmd
+	log     *os.File
+	done    chan struct{}
+	// err is how the process ended; read after done is closed.
+	err error
+	// stopping is set when kubedevice dev asked the process to stop.
+	stopping bool
+	mu       sync.Mutex
+}
+
+// startComponent starts path with args, logging to logPath (truncated). The process gets its own
+// process group, so a Ctrl-C in the terminal reaches only kubedevice dev, which stops the
+// components in order; and SIGTERM when kubedevice dev dies, so none outlives it.
+func startComponent(name, path string, args []string, logPath string) (*component, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
+	}
+	fmt.Fprintf(f, "# %s %s\n", path, strings.Join(args, " "))
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	c := &component{name: name, logPath: logPath, cmd: cmd, log: f, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		f.Close()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// exited returns a non-nil error when the component has ended without being asked to.
+func (c *component) exited() error {
+	select {
+	case <-c.done:
+	default:
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopping {
+		return nil
+	}
+	how := "exited"
+	if c.err != nil {
+		how = c.err.Error()
+	}
+	return fmt.Errorf("%s stopped unexpectedly (%s)%s", c.name, how, logTail(c.name, c.logPath))
+}
+
+// stop sends SIGTERM, waits for the process to end, and kills it after stopTimeout.
+func (c *component) stop() error {
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stopping %s: %w", c.name, err)
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-time.After(stopTimeout):
+	}
+	if err := c.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("killing %s: %w", c.name, err)
+	}
+	select {
+	case <-c.done:
+		return fmt.Errorf("stopping %s: killed after %s without exiting on SIGTERM", c.name, stopTimeout)
+	case <-time.After(stopTimeout):
+		return fmt.Errorf("stopping %s: %w", c.name, errStillRunning)
+	}
+}
+
+// logTail returns the last lines of a component's log, formatted to follow an error message;
+// empty when the log is empty or unreadable.
+func logTail(name, path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil || len(bytes.TrimSpace(data)) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\n\nlast lines of %s's log (%s):\n%s", name, displayPath(path), lastLines(data, tailLines))
+}
+
+// lastLines returns the last n lines of data, each indented by two spaces.
+func lastLines(data []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+// displayPath returns path relative to the working directory when it is below it, so messages
+// name bin/demo/logs/... rather than a long absolute path.
+func displayPath(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	rel, err := filepath.Rel(wd, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return path
+	}
+	return rel
+}
