@@ -1,0 +1,135 @@
+// Command kubedevice is kubedevice's command-line tool: `kubedevice dev` runs a local cluster with
+// the agent, the controller and the Gopher device plugin and shows them at work; `kubedevice
+// status` summarizes the devices of a cluster's nodes and who holds them. It parses flags and
+// wires; the work is in internal/devenv and internal/status.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/devenv"
+	"github.com/kubedevice/kubedevice/internal/status"
+)
+
+// statusTimeout bounds `kubedevice status`'s API calls.
+const statusTimeout = 30 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kubedevice: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kubedevice",
+		Short:         "kubedevice's command-line tool",
+		Long:          "kubedevice is the kubelet's device plugin manager, taken out of the kubelet and made visible.\nThis tool runs a local demo cluster and summarizes a cluster's devices.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(newDevCommand(), newStatusCommand())
+	return root
+}
+
+func newDevCommand() *cobra.Command {
+	opts := devenv.Options{}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local cluster with the kubedevice agent, controller and Gopher plugin, and show them at work",
+		Long: `Run a local cluster on this machine, with no kubelet and no containers: etcd, kube-apiserver and
+kube-scheduler (from --k8s-bin-dir, built with hack/build-control-plane.sh if missing and the script is
+in the working directory), the kubedevice CRDs and admission policies, a Ready node demo-node, the
+kubedevice controller, the kubedevice agent as demo-node's device manager, and the Gopher device plugin
+with one gopher. Then create gopher-pod and gopher-pod2, each asking for one example.com/gopher: the
+first is bound and gets the gopher, the second stays Pending with "Insufficient example.com/gopher".
+Print what kubectl shows, and keep running until Ctrl-C, then stop everything.
+
+The kubeconfig of the cluster's admin is <workdir>/kubeconfig; each component logs to
+<workdir>/logs/<name>.log.`,
+		Example: `  make demo                              # builds everything, then runs bin/kubedevice dev
+  bin/kubedevice dev --exit-after-demo   # the end-to-end test: exit 0 only if the demo shows what it should`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Out = cmd.OutOrStdout()
+			return devenv.Run(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.WorkDir, "workdir", devenv.DefaultWorkDir,
+		"Directory for the kubeconfig, the logs, the gophers and the plugin sockets; relative to the working directory.")
+	f.StringVar(&opts.BinDir, "bin-dir", "",
+		"Directory of kubedevice-controller, kubedevice-agent and gopher-device-plugin (default: the directory of this kubedevice binary).")
+	f.StringVar(&opts.K8sBinDir, "k8s-bin-dir", "",
+		"Directory of etcd, kube-apiserver and kube-scheduler (default: $KUBEBUILDER_ASSETS, else <bin-dir>/k8s).")
+	f.DurationVar(&opts.Timeout, "timeout", devenv.DefaultTimeout,
+		"How long each step may wait for what it waits for (the control plane to start, a pod to be bound, ...).")
+	f.BoolVar(&opts.ExitAfterDemo, "exit-after-demo", false,
+		"Stop everything after the demo, and exit 0 only if it showed what it should.")
+	return cmd
+}
+
+func newStatusCommand() *cobra.Command {
+	var (
+		kubeconfig string
+		opts       status.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Summarize each node's devices, their health, and who holds them",
+		Long: `Summarize, per node, the device plugin resources the kubedevice agents report: total, allocatable,
+allocated, unhealthy and cordoned devices summed over the NodeDevice shards, and the plugin's state;
+each device, its health and the container holding it (namespace/pod/container); the pods waiting for
+devices and why; and any disagreement between the NodeDevices and the DeviceAllocations.`,
+		Example: `  export KUBECONFIG=bin/demo/kubeconfig && kubedevice status
+  kubedevice status --node demo-node`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := newClient(kubeconfig)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), statusTimeout)
+			defer cancel()
+			return status.Run(ctx, c, cmd.OutOrStdout(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, else ~/.kube/config).")
+	cmd.Flags().StringVar(&opts.Node, "node", "", "Only this node.")
+	return cmd
+}
+
+// newClient returns a client of the cluster the kubeconfig names, as kubectl finds it.
+func newClient(kubeconfig string) (client.Client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("registering the kubedevice.io types: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating a client: %w", err)
+	}
+	return c, nil
+}
