@@ -1,0 +1,359 @@
+// Package e2e runs `kubedevice dev` end to end: it builds the four binaries, runs the demo with
+// --exit-after-demo, then runs it again until interrupted, and checks what a user sees.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// binaries are the commands kubedevice dev runs, and kubedevice itself.
+var binaries = []string{"kubedevice", "kubedevice-agent", "kubedevice-controller", "gopher-device-plugin"}
+
+// runTimeout bounds one run of kubedevice dev: each of its waits has its own 60 s timeout.
+const runTimeout = 5 * time.Minute
+
+func repoRoot() string {
+	_, file, _, _ := goruntime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// controlPlaneDir returns where etcd, kube-apiserver and kube-scheduler are: $KUBEBUILDER_ASSETS
+// (the Makefile sets it), else bin/k8s.
+func controlPlaneDir(t *testing.T) string {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join(repoRoot(), "bin", "k8s")
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			t.Fatalf("finding the control plane in %s (run `make envtest-assets`): %v", dir, err)
+		}
+	}
+	return dir
+}
+
+// buildBinaries builds the commands into a temporary directory, with the race detector when
+// this test runs with it, so a data race in the agent or the controller during the demo fails
+// the test (see checkNoRaces).
+func buildBinaries(t *testing.T) string {
+	dir := t.TempDir()
+	args := []string{"build", "-o", dir + "/"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	for _, b := range binaries {
+		args = append(args, "./cmd/"+b)
+	}
+	start := time.Now()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = repoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("Built %s (race detector: %v) in %s", strings.Join(binaries, ", "), raceEnabled, time.Since(start).Round(time.Second))
+	return dir
+}
+
+// syncBuffer collects a command's output while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// devCommand returns kubedevice dev with its output going to out and to the test's log as it
+// comes, so CI shows the demo.
+func devCommand(ctx context.Context, t *testing.T, bin, k8s, workDir string, out io.Writer, extra ...string) *exec.Cmd {
+	args := append([]string{"dev", "--workdir=" + workDir, "--k8s-bin-dir=" + k8s}, extra...)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "kubedevice"), args...)
+	cmd.Stdout = io.MultiWriter(out, t.Output())
+	cmd.Stderr = cmd.Stdout
+	// Out of time, stop it as Ctrl-C does, so it stops what it started.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
+	return cmd
+}
+
+// wantLines are lines (regular expressions) the demo prints, the tables' rows among them, in the
+// layout kubectl gives them.
+var wantLines = []string{
+	`^export KUBECONFIG=/.+/kubeconfig$`,
+	`^\$ kubectl get nodedevices$`,
+	`^NAME +NODE +RESOURCE +CAPACITY +ALLOCATABLE +ALLOCATED +UNHEALTHY +PLUGIN +AGE$`,
+	`^demo-node-example-com-gopher-[0-9a-f]+ +demo-node +example\.com/gopher +1 +1 +1 +0 +Registered +\d+s$`,
+	`^\$ kubectl get deviceallocations -A$`,
+	`^NAMESPACE +NAME +POD +NODE +RESOURCES +ALLOCATED +AGE$`,
+	`^default +gopher-pod-[0-9a-f]+ +gopher-pod +demo-node +example\.com/gopher=gopher-0 +True +\d+s$`,
+	`^\$ kubectl get pods -o wide$`,
+	`^gopher-pod +0/1 +Pending +0 +\d+s +<none> +demo-node +<none> +<none>$`,
+	`^gopher-pod2 +0/1 +Pending +0 +\d+s +<none> +<none> +<none> +<none>$`,
+	`^\d+s +Warning +FailedScheduling +pod/gopher-pod2 +0/1 nodes are available: 1 Insufficient example\.com/gopher\.`,
+	`^Node demo-node advertises example\.com/gopher: capacity 1, allocatable 1`,
+}
+
+func checkOutput(t *testing.T, out string, want []string) {
+	t.Helper()
+	for _, re := range want {
+		if !regexp.MustCompile(`(?m)` + re).MatchString(out) {
+			t.Errorf("the output has no line matching %s", re)
+		}
+	}
+}
+
+// checkStopped checks that kubedevice dev left no process behind and removed its sockets, its
+// checkpoint and its kubeconfig, and kept the logs.
+func checkStopped(t *testing.T, workDir string) {
+	t.Helper()
+	for _, p := range []string{"device-plugins", "plugins_registry", "kubeconfig"} {
+		if _, err := os.Stat(filepath.Join(workDir, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still in the work directory after kubedevice dev ended (%v)", p, err)
+		}
+	}
+	logs, _ := filepath.Glob(filepath.Join(workDir, "logs", "*.log"))
+	if len(logs) < 6 {
+		t.Errorf("logs %v: want one per component", logs)
+	}
+	// Every component is started with a path under the work directory; none may still run.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(data, []byte(workDir)) {
+			t.Errorf("a process started by kubedevice dev still runs: %s", bytes.ReplaceAll(data, []byte{0}, []byte{' '}))
+		}
+	}
+}
+
+// checkNoRaces fails the test when a component built with the race detector reported a race.
+func checkNoRaces(t *testing.T, workDir string) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(workDir, "logs", "*.log"))
+	for _, l := range logs {
+		data, err := os.ReadFile(l)
+		if err == nil && bytes.Contains(data, []byte("WARNING: DATA RACE")) {
+			t.Errorf("%s reports a data race:\n%s", filepath.Base(l), data)
+		}
+	}
+}
+
+func TestDemo(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard())
+	k8s := controlPlaneDir(t)
+	bin := buildBinaries(t)
+
+	t.Run("exit after demo", func(t *testing.T) {
+		workDir := filepath.Join(t.TempDir(), "demo")
+		ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
+		defer cancel()
+		var out syncBuffer
+		start := time.Now()
+		cmd := devCommand(ctx, t, bin, k8s, workDir, &out, "--exit-after-demo")
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("kubedevice dev --exit-after-demo: %v", err)
+		}
+		t.Logf("kubedevice dev --exit-after-demo passed in %s", time.Since(start).Round(100*time.Millisecond))
+		checkOutput(t, out.String(), append(wantLines, `^Checked: gopher-pod is bound to demo-node and holds gopher-0`))
+		checkStopped(t, workDir)
+		checkNoRaces(t, workDir)
+	})
+
+	t.Run("until interrupted", func(t *testing.T) {
+		workDir := filepath.Join(t.TempDir(), "demo")
+		ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
+		defer cancel()
+		pr, pw := io.Pipe()
+		var out syncBuffer
+		cmd := devCommand(ctx, t, bin, k8s, workDir, io.MultiWriter(&out, pw))
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting kubedevice dev: %v", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait(); pw.Close() }()
+		waitForLine(t, pr, "Press Ctrl-C to stop everything.")
+		go func() { _, _ = io.Copy(io.Discard, pr) }()
+		checkOutput(t, out.String(), wantLines)
+		kubeconfig := filepath.Join(workDir, "kubeconfig")
+		// etcd, kube-apiserver, kube-scheduler, the controller, the agent and the plugin.
+		started := descendants(cmd.Process.Pid)
+		if len(started) < 6 {
+			t.Errorf("kubedevice dev runs %d processes (%v), want at least 6", len(started), started)
+		}
+
+		status := runStatus(t, bin, kubeconfig)
+		checkOutput(t, status, []string{
+			`^Node demo-node +agent Ready \(AgentLeaseValid\)$`,
+			`^  example\.com/gopher +1 +1 +1 +0 +0 +Registered$`,
+			`^  example\.com/gopher +gopher-0 +Healthy +- +default/gopher-pod/gopher$`,
+		})
+
+		// As the demo suggests: delete gopher-pod, and gopher-pod2 gets the gopher.
+		c := newClient(t, kubeconfig)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gopher-pod"}}
+		if err := c.Delete(ctx, pod); err != nil {
+			t.Fatalf("deleting gopher-pod: %v", err)
+		}
+		var last string
+		if err := poll(ctx, time.Minute, func() bool {
+			last = runStatus(t, bin, kubeconfig)
+			return strings.Contains(last, "default/gopher-pod2/gopher")
+		}); err != nil {
+			t.Fatalf("gopher-pod2 did not get the gopher after gopher-pod was deleted: %v; kubedevice status says:\n%s", err, last)
+		}
+
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatalf("interrupting kubedevice dev: %v", err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("kubedevice dev ended with %v after Ctrl-C", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("kubedevice dev did not stop within a minute of Ctrl-C")
+		}
+		checkOutput(t, out.String(), []string{`^Stopping gopher-device-plugin, kubedevice-agent, kubedevice-controller, kube-scheduler, kube-apiserver, etcd \.\.\. done`})
+		for pid, name := range started {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				t.Errorf("%s (pid %d) still runs after kubedevice dev stopped", name, pid)
+			}
+		}
+		checkStopped(t, workDir)
+		checkNoRaces(t, workDir)
+	})
+}
+
+// descendants returns the processes below pid, by pid, with their names.
+func descendants(pid int) map[int]string {
+	type proc struct {
+		ppid int
+		name string
+	}
+	procs := map[int]proc{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		open, end := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		var id, ppid int
+		var state string
+		if _, err := fmt.Sscan(string(data[:open]), &id); err != nil {
+			continue
+		}
+		if _, err := fmt.Sscan(string(data[end+1:]), &state, &ppid); err != nil {
+			continue
+		}
+		procs[id] = proc{ppid: ppid, name: string(data[open+1 : end])}
+	}
+	out := map[int]string{}
+	for changed := true; changed; {
+		changed = false
+		for id, p := range procs {
+			if _, seen := out[id]; seen {
+				continue
+			}
+			if _, parent := out[p.ppid]; p.ppid == pid || parent {
+				out[id] = p.name
+				changed = true
+			}
+		}
+	}
+	return out
+}
+
+// waitForLine reads r until a line equal to want, failing after runTimeout.
+func waitForLine(t *testing.T, r io.Reader, want string) {
+	t.Helper()
+	found := make(chan bool, 1)
+	go func() {
+		s := bufio.NewScanner(r)
+		for s.Scan() {
+			if s.Text() == want {
+				found <- true
+				return
+			}
+		}
+		found <- false
+	}()
+	select {
+	case ok := <-found:
+		if !ok {
+			t.Fatalf("kubedevice dev ended before printing %q", want)
+		}
+	case <-time.After(runTimeout):
+		t.Fatalf("kubedevice dev did not print %q within %s", want, runTimeout)
+	}
+}
+
+// runStatus runs kubedevice status and returns its output.
+func runStatus(t *testing.T, bin, kubeconfig string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(bin, "kubedevice"), "status", "--kubeconfig="+kubeconfig).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubedevice status: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+func newClient(t *testing.T, kubeconfig string) client.Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatalf("loading %s: %v", kubeconfig, err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatalf("creating a client: %v", err)
+	}
+	return c
+}
+
+// poll calls cond every half second until it is true or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("after %s: %w", timeout, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return nil
+}
