@@ -28,6 +28,7 @@ export KUBEBUILDER_ASSETS := $(K8S_BIN_DIR)
 
 GO_TEST_FLAGS ?= -race -count=1
 UNIT_PACKAGES = $(shell go list ./... | grep -v /test/)
+INTEGRATION_PACKAGES = $(shell go list ./test/... | grep -v '/test/e2e$$')
 BINARIES := $(notdir $(wildcard cmd/*))
 
 ##@ General
@@ -71,7 +72,7 @@ verify: manifests generate ## Regenerate everything and fail if the tree changed
 ##@ Test
 
 .PHONY: test
-test: envtest-assets vet test-unit test-integration ## Run every test: unit, then integration against a real API server.
+test: envtest-assets vet test-unit test-integration test-e2e ## Run every test: unit, integration against a real API server, then the demo end to end.
 
 .PHONY: test-unit
 test-unit: envtest-assets ## Run the unit tests (real gRPC over unix sockets, -race).
@@ -79,7 +80,11 @@ test-unit: envtest-assets ## Run the unit tests (real gRPC over unix sockets, -r
 
 .PHONY: test-integration
 test-integration: envtest-assets ## Run the envtest suites in test/ against the real kube-apiserver and etcd in bin/k8s.
-	go test $(GO_TEST_FLAGS) -timeout 30m ./test/...
+	go test $(GO_TEST_FLAGS) -timeout 30m $(INTEGRATION_PACKAGES)
+
+.PHONY: test-e2e
+test-e2e: envtest-assets ## Build the binaries and run `kubedevice dev --exit-after-demo`, then the demo until Ctrl-C (test/e2e).
+	go test $(GO_TEST_FLAGS) -v -timeout 20m ./test/e2e/
 
 .PHONY: bench
 bench: envtest-assets ## Run the benchmarks (allocation latency, checkpoint writes, hint generation, ...).
@@ -116,6 +121,10 @@ e2e-node-down: ## Stop the real-node cluster and restore the host (safe to run t
 build: ## Build the binaries into bin/.
 	@mkdir -p $(LOCALBIN)
 	@for b in $(BINARIES); do echo "go build -o bin/$$b ./cmd/$$b"; CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/$$b ./cmd/$$b; done
+
+.PHONY: demo
+demo: envtest-assets build ## Run the demo: a local cluster with the agent, controller and Gopher plugin (bin/kubedevice dev; Ctrl-C stops it).
+	$(LOCALBIN)/kubedevice dev
 
 ##@ Tools
 
