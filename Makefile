@@ -19,9 +19,24 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 KUBE_VERSION ?= v1.37.1
 ETCD_VERSION ?= v3.7.3
+HELM_VERSION ?= v4.3.1
+# v5.8.3 needs Go 1.27; v5.8.2 is the newest that builds with the project's Go 1.26.
+KUSTOMIZE_VERSION ?= v5.8.2
 
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+HELM ?= $(LOCALBIN)/helm
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+
+## The image: every binary in /usr/local/bin, as an OCI archive that containerd imports without a
+## registry (`make image`). The tag is the chart's appVersion, which config/default also deploys.
+IMAGE_REPOSITORY ?= docker.io/local/kubedevice
+VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/kubedevice/Chart.yaml)
+IMAGE ?= $(IMAGE_REPOSITORY):$(VERSION)
+IMAGE_TAR ?= $(LOCALBIN)/kubedevice-image.tar
+IMAGE_ARCH ?= $(shell go env GOARCH)
+# A static busybox (Debian: busybox-static) gives the image a shell for `kubectl exec`.
+BUSYBOX ?= /bin/busybox
 
 # envtest reads the control plane binaries from here.
 export KUBEBUILDER_ASSETS := $(K8S_BIN_DIR)
@@ -42,6 +57,7 @@ help: ## Show the targets.
 .PHONY: manifests
 manifests: controller-gen ## Generate CRDs and RBAC from the API types and kubebuilder markers.
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
+	rm -f charts/kubedevice/crds/*.yaml && cp config/crd/bases/*.yaml charts/kubedevice/crds/
 	$(CONTROLLER_GEN) rbac:roleName=kubedevice-agent paths="./internal/agent/..." output:rbac:artifacts:config=config/rbac/agent
 	$(CONTROLLER_GEN) rbac:roleName=kubedevice-controller paths="./internal/controller/..." output:rbac:artifacts:config=config/rbac/controller
 
@@ -63,9 +79,9 @@ lint: golangci-lint ## Run golangci-lint (config in .golangci.yml).
 
 .PHONY: verify
 verify: manifests generate ## Regenerate everything and fail if the tree changed.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts/kubedevice/crds)" ]; then \
 		echo "Generated files are out of date; run 'make manifests generate' and commit:"; \
-		git status --porcelain -- api config; git diff --stat -- api config; exit 1; fi
+		git status --porcelain -- api config charts/kubedevice/crds; git diff --stat -- api config charts/kubedevice/crds; exit 1; fi
 	@unformatted=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then \
 		echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 
@@ -79,7 +95,7 @@ test-unit: envtest-assets ## Run the unit tests (real gRPC over unix sockets, -r
 	go test $(GO_TEST_FLAGS) $(UNIT_PACKAGES)
 
 .PHONY: test-integration
-test-integration: envtest-assets ## Run the envtest suites in test/ against the real kube-apiserver and etcd in bin/k8s.
+test-integration: envtest-assets helm kustomize ## Run the envtest suites in test/ against the real kube-apiserver and etcd in bin/k8s (test/install also renders the Helm chart and config/ with bin/helm and bin/kustomize).
 	go test $(GO_TEST_FLAGS) -timeout 30m $(INTEGRATION_PACKAGES)
 
 .PHONY: test-e2e
@@ -126,6 +142,19 @@ build: ## Build the binaries into bin/.
 demo: envtest-assets build ## Run the demo: a local cluster with the agent, controller and Gopher plugin (bin/kubedevice dev; Ctrl-C stops it).
 	$(LOCALBIN)/kubedevice dev
 
+IMAGE_BIN_DIR := $(LOCALBIN)/image
+
+.PHONY: image
+image: ## Write the image as an OCI archive, bin/kubedevice-image.tar, without Docker (import: ctr -n k8s.io images import --all-platforms).
+	@[ -x "$(BUSYBOX)" ] || { echo "make image needs a static busybox at $(BUSYBOX) (Debian: apt-get install busybox-static), or BUSYBOX=<path>"; exit 1; }
+	@mkdir -p $(IMAGE_BIN_DIR)
+	@for b in $(BINARIES); do echo "go build -o $(IMAGE_BIN_DIR)/$$b ./cmd/$$b"; \
+		CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o $(IMAGE_BIN_DIR)/$$b ./cmd/$$b; done
+	CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o $(IMAGE_BIN_DIR)/pause ./hack/e2e-node/pause
+	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/mkimage ./hack/e2e-node/mkimage
+	$(LOCALBIN)/mkimage -o $(IMAGE_TAR) -name $(IMAGE) -arch $(IMAGE_ARCH) -busybox $(BUSYBOX) -pause $(IMAGE_BIN_DIR)/pause \
+		$(addprefix -bin $(IMAGE_BIN_DIR)/,$(BINARIES))
+
 ##@ Tools
 
 .PHONY: controller-gen
@@ -138,14 +167,29 @@ golangci-lint: $(GOLANGCI_LINT)
 $(GOLANGCI_LINT): Makefile
 	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
 
+# helm and kustomize render the installs in test/install (and are what users run to install).
+.PHONY: helm
+helm: $(HELM)
+$(HELM): Makefile
+	$(call go-install-tool,$(HELM),helm.sh/helm/v4/cmd/helm,$(HELM_VERSION))
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE)
+$(KUSTOMIZE): Makefile
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+
 # go-install-tool installs $2@$3 as $1, keeping a versioned copy so a version bump reinstalls.
+# go install names the binary after the package path's last element, or the one before it when
+# that is a major version suffix (sigs.k8s.io/kustomize/kustomize/v5 -> kustomize).
 define go-install-tool
 @[ -f "$(1)-$(3)" ] || { \
 	set -e; \
 	echo "Installing $(2)@$(3) into $(LOCALBIN)"; \
 	rm -f "$(1)"; \
 	GOBIN="$(LOCALBIN)" GOTOOLCHAIN=local go install "$(2)@$(3)"; \
-	mv "$(LOCALBIN)/$$(basename "$(2)")" "$(1)-$(3)"; \
+	bin=$$(basename "$(2)"); \
+	case "$$bin" in v[0-9]*) bin=$$(basename "$$(dirname "$(2)")");; esac; \
+	mv "$(LOCALBIN)/$$bin" "$(1)-$(3)"; \
 }; \
 ln -sf "$$(basename "$(1)-$(3)")" "$(1)"
 endef

@@ -1,0 +1,222 @@
+package install
+
+import (
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// noInjectionGateLabel keeps a pod from being held for kubedevice's NRI plugin.
+const noInjectionGateLabel = "kubedevice.io/no-injection-gate"
+
+func toDaemonSet(t *testing.T, u *unstructured.Unstructured) *appsv1.DaemonSet {
+	t.Helper()
+	ds := &appsv1.DaemonSet{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, ds, true); err != nil {
+		t.Fatalf("DaemonSet %s: %v", u.GetName(), err)
+	}
+	return ds
+}
+
+// flags returns a container's --name=value arguments.
+func flags(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, a := range c.Args {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// hostPathAt returns the host path mounted at mountPath in the container, and whether the mount is
+// read-only; "" when nothing is mounted there from the host.
+func hostPathAt(spec corev1.PodSpec, c corev1.Container, mountPath string) (string, bool) {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != mountPath {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.HostPath != nil {
+				return v.HostPath.Path, m.ReadOnly
+			}
+		}
+	}
+	return "", false
+}
+
+// renders are the agent's installs to check: config/default and the chart with each values file.
+func renders(t *testing.T) map[string][]*unstructured.Unstructured {
+	t.Helper()
+	r := map[string][]*unstructured.Unstructured{
+		"config/default":     kustomizeBuild(t, filepath.Join(configDir, "default")),
+		"chart with default": helmTemplate(t, namespace),
+	}
+	for _, f := range ciValuesFiles(t) {
+		r["chart with "+filepath.Base(f)] = helmTemplate(t, namespace, "--values", f)
+	}
+	return r
+}
+
+// TestAgentIsWiredToTheNode checks, in every install, that the agent's flags and its host paths
+// agree: each directory it is told to use is the same path on the host, writable; NRI, CDI and
+// /dev are mounted exactly when it injects through NRI; it learns its node and namespace from the
+// Downward API; it runs as root without privileges; its token is mounted (the node claim the
+// admission policy needs rides on it); and its pods are never held for the NRI plugin.
+func TestAgentIsWiredToTheNode(t *testing.T) {
+	for name, objs := range renders(t) {
+		t.Run(name, func(t *testing.T) {
+			ds := toDaemonSet(t, find(t, objs, "DaemonSet", "kubedevice-agent"))
+			spec := ds.Spec.Template.Spec
+			if len(spec.Containers) != 1 {
+				t.Fatalf("the agent pod has %d containers, want 1", len(spec.Containers))
+			}
+			c := spec.Containers[0]
+			f := flags(c)
+			for _, flag := range []string{"plugin-dir", "plugins-registry-dir"} {
+				dir := f[flag]
+				if !path.IsAbs(dir) {
+					t.Errorf("--%s=%q is not an absolute path", flag, dir)
+					continue
+				}
+				if host, ro := hostPathAt(spec, c, dir); host != dir || ro {
+					t.Errorf("--%s=%s: mounted from host path %q (read-only %v), want the same path, writable", flag, dir, host, ro)
+				}
+			}
+			nriDir := path.Dir(f["nri-socket"])
+			injects := f["runtime-injection"] == "nri"
+			if f["runtime-injection"] != "nri" && f["runtime-injection"] != "none" {
+				t.Errorf("--runtime-injection=%q, want nri or none", f["runtime-injection"])
+			}
+			for _, m := range []struct {
+				dir      string
+				readOnly bool
+			}{{nriDir, false}, {"/etc/cdi", true}, {"/var/run/cdi", true}, {"/dev", true}} {
+				host, ro := hostPathAt(spec, c, m.dir)
+				switch {
+				case injects && (host != m.dir || ro != m.readOnly):
+					t.Errorf("with NRI injection, %s is mounted from host path %q (read-only %v), want the same path (read-only %v)", m.dir, host, ro, m.readOnly)
+				case !injects && host != "":
+					t.Errorf("without NRI injection, %s is still mounted from the host", m.dir)
+				}
+			}
+			if injects && strings.HasPrefix(c.TerminationMessagePath, "/dev/") {
+				t.Errorf("terminationMessagePath %s is in the host's read-only /dev", c.TerminationMessagePath)
+			}
+
+			env := map[string]string{}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+					env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+				}
+			}
+			if env["NODE_NAME"] != "spec.nodeName" || env["POD_NAMESPACE"] != "metadata.namespace" {
+				t.Errorf("Downward API env %v, want NODE_NAME=spec.nodeName and POD_NAMESPACE=metadata.namespace", env)
+			}
+			if f["node-name"] != "$(NODE_NAME)" || f["namespace"] != "$(POD_NAMESPACE)" {
+				t.Errorf("--node-name=%q --namespace=%q, want $(NODE_NAME) and $(POD_NAMESPACE)", f["node-name"], f["namespace"])
+			}
+
+			sc := c.SecurityContext
+			if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+				t.Errorf("the agent must run as uid 0 (it owns root-only sockets), security context %+v", sc)
+			} else if (sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+				sc.Capabilities == nil || len(sc.Capabilities.Add) > 0 || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
+				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("the agent must be unprivileged, drop ALL capabilities and have a read-only root, security context %+v", sc)
+			}
+			if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+				t.Error("the agent must not use the host's network, PID or IPC namespace")
+			}
+			if spec.ServiceAccountName != "kubedevice-agent" {
+				t.Errorf("serviceAccountName %q, want kubedevice-agent", spec.ServiceAccountName)
+			}
+			if spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken {
+				t.Error("automountServiceAccountToken is off: the agent's bound token carries the node claim the admission policy needs")
+			}
+			if ds.Spec.Template.Labels[noInjectionGateLabel] != "true" {
+				t.Errorf("the agent's pods lack %s: \"true\"", noInjectionGateLabel)
+			}
+		})
+	}
+}
+
+// TestGopherSampleRegistersWithKubedevice checks the Gopher sample against config/default: the
+// unmodified plugin (no --plugin-dir) finds kubedevice because kubedevice's host plugin directory
+// is mounted at the kubelet's path; the gophers directory is mounted at the same path as on the
+// host (the plugin's Allocate names files by the path it sees); it runs the same image as the
+// agent; and its pods are never held for the NRI plugin.
+func TestGopherSampleRegistersWithKubedevice(t *testing.T) {
+	sample := kustomizeBuild(t, filepath.Join(configDir, "samples", "gopher"))
+	agent := toDaemonSet(t, find(t, kustomizeBuild(t, filepath.Join(configDir, "default")), "DaemonSet", "kubedevice-agent"))
+	agentPluginDir := flags(agent.Spec.Template.Spec.Containers[0])["plugin-dir"]
+
+	ds := toDaemonSet(t, find(t, sample, "DaemonSet", "gopher-device-plugin"))
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	f := flags(c)
+	if _, ok := f["plugin-dir"]; ok {
+		t.Errorf("the sample passes --plugin-dir=%s: it should run as an unmodified plugin does, with the kubelet's default", f["plugin-dir"])
+	}
+	if host, ro := hostPathAt(spec, c, "/var/lib/kubelet/device-plugins"); host != agentPluginDir || ro {
+		t.Errorf("/var/lib/kubelet/device-plugins is mounted from host path %q (read-only %v), want the agent's --plugin-dir %s, writable", host, ro, agentPluginDir)
+	}
+	gophers := f["gophers-dir"]
+	if host, _ := hostPathAt(spec, c, gophers); gophers == "" || host != gophers {
+		t.Errorf("--gophers-dir=%q is mounted from host path %q, want the same path", gophers, host)
+	}
+	if got, want := c.Image, agent.Spec.Template.Spec.Containers[0].Image; got != want {
+		t.Errorf("the sample runs image %s, the agent %s", got, want)
+	}
+	if len(c.Command) != 1 || c.Command[0] != "/usr/local/bin/gopher-device-plugin" {
+		t.Errorf("command %v, want /usr/local/bin/gopher-device-plugin", c.Command)
+	}
+	if ds.Spec.Template.Labels[noInjectionGateLabel] != "true" {
+		t.Errorf("the plugin's pods lack %s: \"true\"", noInjectionGateLabel)
+	}
+	if sc := c.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+		t.Errorf("the plugin must run as root, as the device manager whose directory it writes into; security context %+v", sc)
+	}
+}
+
+// TestImagePathsAgree checks that every install runs the binaries where the image has them: the
+// Dockerfile installs them in /usr/local/bin, as `make image` does.
+func TestImagePathsAgree(t *testing.T) {
+	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^COPY --from=build /out/ /usr/local/bin/$`).Match(dockerfile) {
+		t.Error("the Dockerfile no longer installs the binaries in /usr/local/bin/")
+	}
+	binaries, err := os.ReadDir(filepath.Join(root, "cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, b := range binaries {
+		have["/usr/local/bin/"+b.Name()] = true
+	}
+	objs := append(kustomizeBuild(t, filepath.Join(configDir, "default")), kustomizeBuild(t, filepath.Join(configDir, "samples", "gopher"))...)
+	objs = append(objs, helmTemplate(t, namespace)...)
+	for _, u := range objs {
+		containers, found, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		if !found {
+			continue
+		}
+		for _, c := range containers {
+			cmd, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "command")
+			if len(cmd) == 0 || !have[cmd[0]] {
+				t.Errorf("%s runs %v, not one of the image's binaries (/usr/local/bin/<cmd/ directory>)", key(u), cmd)
+			}
+		}
+	}
+}
