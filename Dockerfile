@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1
-# Multi-stage build of every kubedevice binary as a static executable in a minimal, non-root image.
-# The same image runs the agent, the controller and the Gopher sample plugin; the Deployment or
-# DaemonSet picks the binary with `command`. The node agent must run as root on the node (it owns a
-# root-only socket directory, like the kubelet's), which its DaemonSet sets explicitly.
+# Multi-stage build of every kubedevice binary as a static executable in a minimal, non-root image,
+# for users with a Docker engine; `make image` writes the same binaries, at the same paths
+# (/usr/local/bin/<binary>), as an OCI archive without one. The same image runs the agent, the
+# controller and the Gopher sample plugin; the Deployment or DaemonSet picks the binary with
+# `command`. The node agent must run as root on the node (it owns a root-only socket directory,
+# like the kubelet's), which its DaemonSet sets explicitly.
 ARG GO_VERSION=1.26
 
 FROM golang:${GO_VERSION} AS build
@@ -11,6 +13,8 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
+# The CRDs and admission policies that `kubedevice dev` embeds (config/embed.go).
+COPY config/ config/
 COPY internal/ internal/
 COPY pkg/ pkg/
 RUN mkdir -p /out && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/...
