@@ -14,6 +14,15 @@ const (
 	// NodeDeviceAgentReady is written by the controller: True while the node agent renews its
 	// Lease. Reasons: ReasonAgentLeaseValid, ReasonAgentLeaseExpired, ReasonAgentLeaseMissing.
 	NodeDeviceAgentReady = "AgentReady"
+
+	// NodeDeviceRuntimeInjectionReady is True while the node agent is connected to the container
+	// runtime as an NRI plugin, so that every container created on the node gets the envs,
+	// mounts, device nodes and CDI devices of its allocation. It is the same on every NodeDevice
+	// of a node. While it is False, containers are created without their devices, except those
+	// of pods carrying the required-plugins annotation, which the runtime refuses to create.
+	// Reasons: ReasonNRIConnected, ReasonNRISocketMissing, ReasonNRIDisconnected,
+	// ReasonInjectionDisabled.
+	NodeDeviceRuntimeInjectionReady = "RuntimeInjectionReady"
 )
 
 // NodeDevice condition reasons.
@@ -37,6 +46,20 @@ const (
 	ReasonAgentLeaseExpired = "AgentLeaseExpired"
 	// ReasonAgentLeaseMissing: the node agent has no Lease.
 	ReasonAgentLeaseMissing = "AgentLeaseMissing"
+	// ReasonNRIConnected: the node agent is registered with the container runtime's NRI socket
+	// and adjusts containers at creation.
+	ReasonNRIConnected = "NRIConnected"
+	// ReasonNRISocketMissing: there is no NRI socket at the configured path (the runtime has NRI
+	// disabled, is not running, or the socket's directory is not mounted into the agent); the
+	// agent keeps looking for it.
+	ReasonNRISocketMissing = "NRISocketMissing"
+	// ReasonNRIDisconnected: the socket exists but the agent is not registered with it: the
+	// connection failed or closed (the runtime restarted, or disconnected the plugin after a
+	// request timeout); the agent reconnects with backoff.
+	ReasonNRIDisconnected = "NRIDisconnected"
+	// ReasonInjectionDisabled: the agent runs with --runtime-injection=none and adjusts no
+	// container; something else must give containers their devices.
+	ReasonInjectionDisabled = "InjectionDisabled"
 )
 
 // Device health reasons, as carried by DeviceStatus.Reason.
