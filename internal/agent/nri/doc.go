@@ -1,0 +1,45 @@
+// Package nri makes the node agent an NRI plugin of the container runtime (containerd 2.x,
+// CRI-O), so that containers created by an unmodified kubelet get their devices: at
+// CreateContainer the plugin adds the envs, bind mounts, device nodes (with device cgroup rules
+// granting the plugin's permissions), annotations and CDI devices (by name, resolved by the
+// runtime from its CDI spec directories) of the container's allocation.
+//
+// # Answering from memory
+//
+// The runtime calls its NRI plugins one container at a time, node-wide, and gives up on a plugin
+// after its request timeout (containerd: 2 s): it disconnects the plugin and creates the container
+// without the adjustment. So the handler makes no RPC and no API call, and never calls a device
+// plugin's PreStartContainer: it reads the Index, which the agent's pod controller fills as it
+// allocates (allocation happens when the pod is bound, before the kubelet creates containers).
+// Device nodes are stat'ed when a pod is recorded and cached by path, so the handler makes no
+// system call for a device it has seen. It answers in a few microseconds (see the benchmark).
+//
+// # Decisions
+//
+//	pod in the index          container                      answer
+//	ready                     holds devices                  adjustment
+//	ready                     holds none                     untouched
+//	pending                   any                            error: the kubelet retries creation
+//	no kubedevice devices     any                            untouched
+//	unknown                   required-plugins names us,     error
+//	                          or the informer cache shows
+//	                          the pod asking for a resource
+//	                          the agent serves
+//	unknown                   otherwise                      untouched
+//
+// An error fails the container's creation (CreateContainerError); the kubelet retries it about a
+// second later, then with back-off, and the pod starts with its devices once they are allocated.
+//
+// # Connection
+//
+// Runner dials the runtime's socket (default /var/run/nri/nri.sock), registers as
+// <index>-kubedevice (index 10 by default) and serves until the connection closes; then, or while
+// the socket is missing, it retries with backoff (250 ms doubling to 5 s). A runtime restart
+// closes the connection, so the loop is what keeps injection alive. While the plugin is not
+// connected the runtime creates containers unmodified, except those of pods annotated
+// required-plugins.noderesource.dev/pod: '["kubedevice"]' (RequiredPluginsAnnotation), which
+// containerd's default validator refuses: the admission policy in config/admission adds that
+// annotation to pods that request kubedevice resources. The state of the connection is the
+// RuntimeInjectionReady condition of the node's NodeDevices and the
+// kubedevice_agent_nri_connected gauge; it never makes the agent unready.
+package nri

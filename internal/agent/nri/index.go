@@ -1,0 +1,133 @@
+package nri
+
+import (
+	"maps"
+	"sync"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
+)
+
+// podState is what the index knows of a pod's devices.
+type podState int
+
+const (
+	// podNoDevices: the agent reconciled the pod and it holds no kubedevice device; its
+	// containers are left alone.
+	podNoDevices podState = iota + 1
+	// podPending: the pod asks for kubedevice devices that are not allocated (or not prepared)
+	// yet; its containers are refused, so the kubelet retries them.
+	podPending
+	// podReady: the pod's devices are allocated and prepared; its containers get them.
+	podReady
+)
+
+// podEntry is one pod in the index. Entries are never modified once stored: the index replaces
+// them whole, so the handler reads one without holding the lock.
+type podEntry struct {
+	namespace, name string
+	state           podState
+	// reason says why a pending pod waits.
+	reason string
+	// containers are the runtime options of a ready pod's containers that hold devices, by name.
+	containers map[string]*poddevices.RunContainerOptions
+}
+
+// Index is the agent's record, in memory, of what each pod bound to the node must get at
+// container creation. The pod controller writes it as it allocates (SetReady, SetPending,
+// SetNoDevices) and forgets pods that end (Forget); the NRI handler only reads it, in
+// microseconds. Pods are keyed by the UID the container runtime knows them by, which for a static
+// pod is the kubelet's config hash rather than its mirror pod's UID. It is safe for concurrent
+// use.
+type Index struct {
+	mu   sync.RWMutex
+	pods map[string]*podEntry
+	// byName lists the UIDs recorded for each namespace/name, so Forget finds a pod's entries
+	// by the key the pod controller reconciles.
+	byName map[string]map[string]struct{}
+
+	stats *statCache
+}
+
+// NewIndex returns an empty index whose device nodes are looked up under hostRoot (empty: the
+// agent sees the host's /dev).
+func NewIndex(hostRoot string) *Index {
+	return &Index{
+		pods:   map[string]*podEntry{},
+		byName: map[string]map[string]struct{}{},
+		stats:  newStatCache(hostRoot),
+	}
+}
+
+// SetReady records that the pod's devices are allocated and prepared: containers are the runtime
+// options of its containers that hold devices, by container name. The host device nodes they
+// name are looked up again now, outside any container creation, so the handler finds them cached
+// and current.
+func (x *Index) SetReady(uid, namespace, name string, containers map[string]*poddevices.RunContainerOptions) {
+	for _, opts := range containers {
+		if opts == nil {
+			continue
+		}
+		for _, d := range opts.Devices {
+			// A node that cannot be stat'ed now is looked up again, and its error returned,
+			// when a container is created with it.
+			_, _ = x.stats.refresh(d.HostPath)
+		}
+	}
+	x.set(uid, &podEntry{namespace: namespace, name: name, state: podReady, containers: maps.Clone(containers)})
+}
+
+// SetPending records that the pod asks for kubedevice devices that are not ready yet, and why.
+func (x *Index) SetPending(uid, namespace, name, reason string) {
+	x.set(uid, &podEntry{namespace: namespace, name: name, state: podPending, reason: reason})
+}
+
+// SetNoDevices records that the pod holds no kubedevice device.
+func (x *Index) SetNoDevices(uid, namespace, name string) {
+	x.set(uid, &podEntry{namespace: namespace, name: name, state: podNoDevices})
+}
+
+// Forget drops the pods recorded under namespace/name, except the one with UID keep (empty:
+// all of them): the pod ended, disappeared, or was replaced by a pod of the same name.
+func (x *Index) Forget(namespace, name, keep string) {
+	key := namespace + "/" + name
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for uid := range x.byName[key] {
+		if uid == keep {
+			continue
+		}
+		delete(x.pods, uid)
+		delete(x.byName[key], uid)
+	}
+	if len(x.byName[key]) == 0 {
+		delete(x.byName, key)
+	}
+}
+
+// Len returns the number of pods recorded.
+func (x *Index) Len() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.pods)
+}
+
+func (x *Index) set(uid string, e *podEntry) {
+	key := e.namespace + "/" + e.name
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if old := x.pods[uid]; old != nil && (old.namespace != e.namespace || old.name != e.name) {
+		delete(x.byName[old.namespace+"/"+old.name], uid)
+	}
+	x.pods[uid] = e
+	if x.byName[key] == nil {
+		x.byName[key] = map[string]struct{}{}
+	}
+	x.byName[key][uid] = struct{}{}
+}
+
+// lookup returns the pod's entry, nil when the index has none.
+func (x *Index) lookup(uid string) *podEntry {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.pods[uid]
+}
