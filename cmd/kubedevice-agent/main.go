@@ -22,6 +22,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
+	"github.com/kubedevice/kubedevice/internal/agent/nri"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
@@ -57,6 +58,7 @@ func run() error {
 		probeAddr      string
 		topologyPolicy string
 		topologyScope  string
+		injection      string
 		zapOpts        = zap.Options{}
 	)
 	flag.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"),
@@ -73,6 +75,14 @@ func run() error {
 		"Topology manager policy for NUMA alignment of devices: "+joinValues(topology.Policies)+".")
 	flag.StringVar(&topologyScope, "topology-scope", string(cfg.TopologyScope),
 		"Granularity of NUMA alignment: "+joinValues(topology.Scopes)+".")
+	flag.StringVar(&injection, "runtime-injection", string(agent.RuntimeInjectionNRI),
+		"How containers get their devices at creation: "+joinValues(agent.RuntimeInjections)+". nri: the agent is an NRI plugin of the container runtime (containerd 2.x, CRI-O) and adds each container's envs, mounts, device nodes and CDI devices; while the NRI socket is missing or the connection is down it logs it, sets RuntimeInjectionReady=False on the node's NodeDevices and reconnects. none: no container is adjusted.")
+	flag.StringVar(&opts.NRI.SocketPath, "nri-socket", nri.DefaultSocketPath,
+		"The container runtime's NRI socket (--runtime-injection=nri).")
+	flag.StringVar(&opts.NRI.PluginIndex, "nri-plugin-index", nri.DefaultPluginIndex,
+		"Two-digit index of the agent's NRI plugin, registered as <index>-"+nri.PluginName+"; the runtime calls plugins in index order.")
+	flag.StringVar(&opts.NRI.HostRoot, "nri-host-root", "",
+		"Where the host's device nodes are seen in the agent's container: a device's host path (e.g. /dev/foo) is stat'ed as <root>/dev/foo for its type and numbers. Empty when the agent sees the host's /dev (privileged, or /dev mounted at /dev).")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
@@ -95,6 +105,9 @@ func run() error {
 	}
 	if cfg.TopologyScope, err = topology.ParseScope(topologyScope); err != nil {
 		return fmt.Errorf("--topology-scope: %w", err)
+	}
+	if opts.RuntimeInjection, err = agent.ParseRuntimeInjection(injection); err != nil {
+		return fmt.Errorf("--runtime-injection: %w", err)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
@@ -141,7 +154,8 @@ func run() error {
 
 	ctrl.Log.WithName("setup").Info("Starting the agent", "node", opts.NodeName, "namespace", opts.Namespace,
 		"pluginDir", cfg.PluginDir, "pluginsRegistryDir", cfg.PluginsRegistryDir,
-		"topologyPolicy", cfg.TopologyPolicy, "topologyScope", cfg.TopologyScope)
+		"topologyPolicy", cfg.TopologyPolicy, "topologyScope", cfg.TopologyScope,
+		"runtimeInjection", opts.RuntimeInjection, "nriSocket", opts.NRI.SocketPath)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

@@ -42,11 +42,14 @@ type Agent struct {
 	ready chan struct{}
 	// started is when ready was closed.
 	started time.Time
+
+	// injection gives containers their devices at creation (RuntimeInjectionNRI).
+	injection injection
 }
 
 // Setup adds the agent to mgr: the start-up runnable that restores the core's checkpoint and
-// starts it, the pod controller that allocates and frees devices and mirrors DeviceAllocations,
-// the NodeDevice mirror, and the Lease. The manager's cache must be built with
+// starts it, the NRI plugin (with RuntimeInjectionNRI), the pod controller that allocates and
+// frees devices and mirrors DeviceAllocations, the NodeDevice mirror, and the Lease. The manager's cache must be built with
 // CacheOptions(opts.NodeName), and the field indexes of package indexer registered on it
 // (indexer.Setup). The agent starts and stops dm; it must not have been started.
 func Setup(mgr ctrl.Manager, dm DeviceManager, opts Options) (*Agent, error) {
@@ -65,6 +68,9 @@ func Setup(mgr ctrl.Manager, dm DeviceManager, opts Options) (*Agent, error) {
 	}
 	if err := mgr.Add(startup{a}); err != nil {
 		return nil, fmt.Errorf("adding the agent's start-up: %w", err)
+	}
+	if err := a.setupInjection(mgr); err != nil {
+		return nil, err
 	}
 	if err := (&podReconciler{Agent: a}).setupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the pod controller: %w", err)

@@ -51,9 +51,13 @@ type nodeDeviceReconciler struct {
 func (r *nodeDeviceReconciler) setupWithManager(mgr manager.Manager) error {
 	r.cordons = map[string][]string{}
 	r.lastWrite = map[string]time.Time{}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("nodedevice-mirror").
-		WatchesRawSource(source.Func(r.subscribe)).
+		WatchesRawSource(source.Func(r.subscribe))
+	if r.injection.runner != nil {
+		b = b.WatchesRawSource(source.Func(r.watchInjection))
+	}
+	return b.
 		Watches(&kdv1alpha1.NodeDevice{}, handler.EnqueueRequestsFromMapFunc(resourceOf)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allResources),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: nodeUIDChanged})).
@@ -94,6 +98,7 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 	r.setCordons(resource, cordonedIDs(existing))
 	snap, ok := r.dm.Snapshot(resource)
+	r.setServed(resource, ok)
 	if !ok {
 		r.forgetCordons(resource)
 		for i := range existing {
@@ -144,7 +149,7 @@ func (r *nodeDeviceReconciler) syncShard(ctx context.Context, node *corev1.Node,
 	now := r.clock.Now()
 	upToDate := func(current *kdv1alpha1.NodeDevice) bool {
 		return current != nil && nodeDeviceMetaUpToDate(current, node, snap.ResourceName, p.shard) &&
-			nodeDeviceStatusUpToDate(current, nodeDeviceStatus(snap, p.devices, current, info, current.Generation, now))
+			nodeDeviceStatusUpToDate(current, r.desiredStatus(snap, p.devices, current, info, current.Generation, now))
 	}
 	if upToDate(p.current) {
 		return 0, nil
@@ -184,7 +189,7 @@ func (r *nodeDeviceReconciler) syncShard(ctx context.Context, node *corev1.Node,
 		log.FromContext(ctx).V(1).Info("Applied NodeDevice", "nodeDevice", p.name, "created", current == nil)
 	}
 
-	want := nodeDeviceStatus(snap, p.devices, current, info, generation, now)
+	want := r.desiredStatus(snap, p.devices, current, info, generation, now)
 	if nodeDeviceStatusUpToDate(current, want) {
 		return writes, nil
 	}
@@ -196,6 +201,13 @@ func (r *nodeDeviceReconciler) syncShard(ctx context.Context, node *corev1.Node,
 	log.FromContext(ctx).V(1).Info("Applied NodeDevice status", "nodeDevice", p.name,
 		"capacity", want.Capacity, "allocatable", want.Allocatable, "allocated", want.Allocated, "unhealthy", want.Unhealthy)
 	return writes, nil
+}
+
+// desiredStatus is the status of one shard: the devices' (nodeDeviceStatus) with the node's
+// runtime injection condition.
+func (r *nodeDeviceReconciler) desiredStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.DeviceSnapshot, current *kdv1alpha1.NodeDevice,
+	info nodeagent.CheckpointInfo, generation int64, now time.Time) kdv1alpha1.NodeDeviceStatus {
+	return withRuntimeInjection(nodeDeviceStatus(snap, devices, current, info, generation, now), current, r.InjectionStatus(), generation, now)
 }
 
 // nodeDevicesOf returns the cached NodeDevices of the node for resource.
@@ -277,6 +289,24 @@ func (r *nodeDeviceReconciler) subscribe(ctx context.Context, q workqueue.TypedR
 			case <-sub.Ready():
 				for _, name := range sub.Changed() {
 					q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// watchInjection queues every resource of the node whenever the state of runtime injection
+// changes, as every NodeDevice carries it, until ctx ends.
+func (r *nodeDeviceReconciler) watchInjection(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.injection.runner.Changed():
+				for _, req := range r.allResources(ctx, nil) {
+					q.Add(req)
 				}
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent/nri"
 )
 
 // Names and defaults shared with the deployment and the controller.
@@ -47,6 +48,31 @@ const (
 	DefaultRestartHold = 10 * time.Second
 )
 
+// RuntimeInjection is how the agent gives containers their devices when the runtime creates them.
+type RuntimeInjection string
+
+const (
+	// RuntimeInjectionNRI: the agent is an NRI plugin of the container runtime and adjusts each
+	// container at creation (package nri). The flag's default.
+	RuntimeInjectionNRI RuntimeInjection = "nri"
+	// RuntimeInjectionNone: the agent adjusts no container; something else must (a test
+	// harness, or a runtime configured otherwise). Options' zero value.
+	RuntimeInjectionNone RuntimeInjection = "none"
+)
+
+// RuntimeInjections lists the valid values of --runtime-injection.
+var RuntimeInjections = []RuntimeInjection{RuntimeInjectionNRI, RuntimeInjectionNone}
+
+// ParseRuntimeInjection parses a value of --runtime-injection.
+func ParseRuntimeInjection(s string) (RuntimeInjection, error) {
+	for _, v := range RuntimeInjections {
+		if string(v) == s {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("unknown runtime injection %q, want one of %q", s, RuntimeInjections)
+}
+
 // Options configure the agent.
 type Options struct {
 	// NodeName is the node the agent runs on. Required.
@@ -66,6 +92,13 @@ type Options struct {
 
 	// RestartHold: see DefaultRestartHold. Zero means the default; negative disables the hold.
 	RestartHold time.Duration
+
+	// RuntimeInjection is how containers get their devices at creation; empty means
+	// RuntimeInjectionNone.
+	RuntimeInjection RuntimeInjection
+
+	// NRI configures the NRI plugin when RuntimeInjection is RuntimeInjectionNRI.
+	NRI nri.Options
 
 	// Clock drives every timestamp, timer and delay of the agent; nil means the real clock.
 	Clock clock.WithTicker
@@ -103,6 +136,18 @@ func (o Options) complete() (Options, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	switch o.RuntimeInjection {
+	case "":
+		o.RuntimeInjection = RuntimeInjectionNone
+	case RuntimeInjectionNone:
+	case RuntimeInjectionNRI:
+		var err error
+		if o.NRI, err = o.NRI.Complete(); err != nil {
+			return o, err
+		}
+	default:
+		return o, fmt.Errorf("unknown runtime injection %q, want one of %q", o.RuntimeInjection, RuntimeInjections)
 	}
 	return o, nil
 }

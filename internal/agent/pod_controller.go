@@ -92,6 +92,11 @@ func (r *podReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		pod = nil
 	}
 	active := pod != nil && !isTerminal(pod)
+	if active {
+		r.forgetInjection(req.NamespacedName, pod)
+	} else {
+		r.forgetInjection(req.NamespacedName, nil)
+	}
 
 	if r.holdsStale(req.NamespacedName, pod, active) {
 		if err := r.free(ctx); err != nil {
@@ -118,7 +123,11 @@ func (r *podReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 			return reconcile.Result{}, err
 		}
 	}
-	if !active || len(requestedResources(pod)) == 0 {
+	if !active {
+		return reconcile.Result{}, nil
+	}
+	if len(requestedResources(pod)) == 0 {
+		r.recordInjection(pod, nil, nil, nil)
 		return reconcile.Result{}, nil
 	}
 	ctx = log.IntoContext(ctx, lg.WithValues("pod", klog.KObj(pod), "podUID", pod.UID))
@@ -132,6 +141,11 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 	if current == nil && !pod.DeletionTimestamp.IsZero() {
 		if _, held := r.dm.PodAllocation(string(pod.UID)); !held {
 			// A pod being deleted is not admitted any more.
+			if slices.ContainsFunc(requestedResources(pod), r.serves) {
+				r.recordNotReady(pod, "the pod is being deleted; its devices were never allocated")
+			} else {
+				r.recordInjection(pod, nil, nil, nil)
+			}
 			return reconcile.Result{}, nil
 		}
 	}
@@ -140,6 +154,7 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 	alloc, held := r.dm.PodAllocation(string(pod.UID))
 	if allocErr == nil && !held && current == nil {
 		// The pod holds nothing from a device plugin: nothing to record.
+		r.recordInjection(pod, nil, nil, nil)
 		return reconcile.Result{}, nil
 	}
 	var allocPtr *nodeagent.PodAllocation
@@ -152,6 +167,7 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 			deviceAllocationStatusUpToDate(current, deviceAllocationStatus(pod, allocPtr, nil, allocErr, current, current.Generation, now))
 	}
 	if upToDate(current) {
+		r.recordInjection(pod, allocPtr, nil, allocErr)
 		return r.allocated(ctx, req, allocErr)
 	}
 	// The cache may not have seen the agent's own last write yet: decide on the object as the
@@ -161,6 +177,7 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 		return reconcile.Result{}, err
 	}
 	if upToDate(current) {
+		r.recordInjection(pod, allocPtr, nil, allocErr)
 		return r.allocated(ctx, req, allocErr)
 	}
 
@@ -176,6 +193,9 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 			allocErr = err
 		}
 	}
+	// The devices are allocated and prepared (or refused): containers may be created with them,
+	// whether or not the API server takes the DeviceAllocation.
+	r.recordInjection(pod, allocPtr, opts, allocErr)
 	if current == nil || !deviceAllocationMetaUpToDate(current, pod) {
 		gen, err := applyObject(ctx, r.client, deviceAllocationGVK, newDeviceAllocation(pod))
 		if err != nil {
