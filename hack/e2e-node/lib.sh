@@ -52,6 +52,8 @@ KUBELET_SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops"
 log() { printf '[e2e-node %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# kubectl's discovery and HTTP caches go to the state dir, not ~/.kube/cache.
+export KUBECACHEDIR=${WORK}/kube-cache
 kubectl() { "${K8S_BIN}/kubectl" --kubeconfig "${KUBECONFIG_OUT}" "$@"; }
 ctr() { "${NODE_BIN}/ctr" -a "${CONTAINERD_SOCK}" -n k8s.io "$@"; }
 

@@ -273,6 +273,10 @@ state = "${CONTAINERD_STATE}"
   address = "${CONTAINERD_SOCK}.ttrpc"
 
 [plugins]
+  # Not /opt/containerd: everything of this containerd stays under its root.
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "${CONTAINERD_ROOT}/opt"
+
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
     [plugins.'io.containerd.cri.v1.images'.pinned_images]

@@ -46,6 +46,8 @@ var (
 	image string
 	// nriSocket is containerd's NRI socket, where kubedevice connects as an NRI plugin.
 	nriSocket string
+	// kubectlCacheDir keeps kubectl's discovery cache out of ~/.kube for the suite's run.
+	kubectlCacheDir string
 	clientset kubernetes.Interface
 	node      *corev1.Node
 )
@@ -74,6 +76,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	nriSocket = envOr("E2E_NRI_SOCKET", "/var/run/nri/nri.sock")
 	Expect(kubeconfig).To(BeAnExistingFile(), "no cluster: run hack/e2e-node/up.sh (or make e2e-node-up) first")
 	Expect(kubectlPath).To(BeAnExistingFile(), "no kubectl: run hack/e2e-node/install.sh first")
+	kubectlCacheDir = GinkgoT().TempDir()
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
