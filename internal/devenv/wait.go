@@ -58,13 +58,6 @@ func (d *dev) waitFor(ctx context.Context, what string, logs []string, cond cond
 type progress struct {
 	w     io.Writer
 	start time.Time
-	steps []stepTiming
-}
-
-// stepTiming is how long one step took.
-type stepTiming struct {
-	title    string
-	duration time.Duration
 }
 
 // stepWidth is the width the step titles are padded to with dots.
@@ -78,7 +71,6 @@ func (p *progress) run(title string, f func() (detail string, err error)) error 
 	start := time.Now()
 	detail, err := f()
 	d := time.Since(start)
-	p.steps = append(p.steps, stepTiming{title: title, duration: d})
 	if err != nil {
 		fmt.Fprintf(p.w, "failed after %s\n", seconds(d))
 		return err
