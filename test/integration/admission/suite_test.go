@@ -1,0 +1,114 @@
+// Package admission holds the envtest suite of kubedevice's admission policies for pods: the
+// MutatingAdmissionPolicy of config/admission that gates the pods requesting kubedevice resources
+// on the node agent's NRI plugin, run by a real kube-apiserver.
+package admission
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	nrilog "github.com/containerd/nri/pkg/log"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/kubedevice/kubedevice/internal/testutil"
+)
+
+// systemNamespace is kubedevice's namespace, where the policy's parameters live.
+const systemNamespace = "kubedevice-system"
+
+var (
+	testEnv   *envtest.Environment
+	k8sClient client.Client
+	ctx       context.Context
+	cancel    context.CancelFunc
+)
+
+func TestAdmission(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Admission Integration Suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	nrilog.Set(ginkgoNRILogger{})
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	ctx, cancel = context.WithCancel(context.Background())
+
+	var err error
+	testEnv, err = testutil.NewEnvironment()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err := testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8sClient, err = client.New(cfg, client.Options{Scheme: testEnv.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: systemNamespace}})).To(Succeed())
+})
+
+var _ = AfterSuite(func() {
+	if cancel != nil {
+		cancel()
+	}
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// ginkgoNRILogger writes the messages of containerd's NRI validator, which the specs run, to the
+// spec's output.
+type ginkgoNRILogger struct{}
+
+func (ginkgoNRILogger) Debugf(_ context.Context, format string, args ...any) {
+	GinkgoWriter.Printf("nri debug: "+format+"\n", args...)
+}
+
+func (ginkgoNRILogger) Infof(_ context.Context, format string, args ...any) {
+	GinkgoWriter.Printf("nri: "+format+"\n", args...)
+}
+
+func (ginkgoNRILogger) Warnf(_ context.Context, format string, args ...any) {
+	GinkgoWriter.Printf("nri warning: "+format+"\n", args...)
+}
+
+func (ginkgoNRILogger) Errorf(_ context.Context, format string, args ...any) {
+	GinkgoWriter.Printf("nri error: "+format+"\n", args...)
+}
+
+// loadManifests reads the Kubernetes objects of the YAML files at paths, relative to the
+// repository root.
+func loadManifests(paths ...string) []*unstructured.Unstructured {
+	GinkgoHelper()
+	var objs []*unstructured.Unstructured
+	for _, p := range paths {
+		data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), p))
+		Expect(err).NotTo(HaveOccurred())
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			err := dec.Decode(&u.Object)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			Expect(err).NotTo(HaveOccurred(), p)
+			if len(u.Object) > 0 {
+				objs = append(objs, u)
+			}
+		}
+	}
+	return objs
+}
