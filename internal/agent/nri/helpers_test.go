@@ -3,22 +3,18 @@ package nri
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
-	validator "github.com/containerd/nri/plugins/default-validator/builtin"
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"golang.org/x/sys/unix"
 
+	"github.com/kubedevice/kubedevice/internal/agent/nri/nritest"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
 
@@ -34,68 +30,22 @@ func (f *fakePods) NeedsDevices(_ context.Context, _, _, uid string) (bool, erro
 	return f.needs[uid], nil
 }
 
-// runtime is the runtime side of NRI, as containerd runs it: the nri module's adaptation, with
-// the default validator enabled, listening on a socket for external plugins.
-type runtime struct {
-	t      testing.TB
-	socket string
-	r      *adaptation.Adaptation
-}
-
-// startRuntime starts a runtime listening on socket; it stops after the test.
-func startRuntime(t testing.TB, socket string) *runtime {
+// startRuntime starts a runtime serving socket; it stops after the test.
+func startRuntime(t testing.TB, socket string) *nritest.Runtime {
 	t.Helper()
-	rt := &runtime{t: t, socket: socket}
-	rt.start()
-	t.Cleanup(rt.stop)
+	rt := nritest.New(socket)
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Stop)
 	return rt
 }
 
-func (rt *runtime) start() {
-	rt.t.Helper()
-	dir := filepath.Dir(rt.socket)
-	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
-		_, err := cb(ctx, nil, nil)
-		return err
-	}
-	update := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
-		return nil, nil
-	}
-	r, err := adaptation.New("containerd", "v2.4.2", sync, update,
-		adaptation.WithSocketPath(rt.socket),
-		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
-		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")),
-		adaptation.WithDefaultValidator(&validator.DefaultValidatorConfig{Enable: true}),
-	)
-	if err != nil {
-		rt.t.Fatalf("creating the NRI runtime: %v", err)
-	}
-	if err := r.Start(); err != nil {
-		rt.t.Fatalf("starting the NRI runtime: %v", err)
-	}
-	rt.r = r
-}
-
-// stop stops the runtime, closing its plugins' connections, as a containerd restart does.
-func (rt *runtime) stop() {
-	if rt.r != nil {
-		rt.r.Stop()
-		rt.r = nil
-	}
-}
-
 // createContainer asks the runtime's plugins to adjust a container of pod.
-func (rt *runtime) createContainer(pod *api.PodSandbox, container string) (*api.ContainerAdjustment, error) {
+func createContainer(rt *nritest.Runtime, pod *api.PodSandbox, container string) (*api.ContainerAdjustment, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	resp, err := rt.r.CreateContainer(ctx, &adaptation.CreateContainerRequest{
-		Pod:       pod,
-		Container: &api.Container{Id: pod.GetUid() + "-" + container, PodSandboxId: pod.GetId(), Name: container},
-	})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetAdjust(), nil
+	return rt.CreateContainer(ctx, pod, container)
 }
 
 // startRunner runs a runner for index on socket with short retry delays until the test ends.
@@ -165,62 +115,6 @@ func gopherOptions() *poddevices.RunContainerOptions {
 		Annotations: []poddevices.Annotation{{Key: "example.com/gopher", Value: "g1"}},
 		CDIDevices:  []string{"example.com/gopher=g1"},
 	}
-}
-
-// proxy forwards the connections made to its socket to the runtime's, and can cut them all, as a
-// runtime that exits closes its plugins' connections (the adaptation's Stop leaves external
-// plugins' connections open: in containerd the process ends).
-type proxy struct {
-	l      net.Listener
-	target string
-
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-// startProxy serves socket, forwarding to target, until the test ends.
-func startProxy(t testing.TB, socket, target string) *proxy {
-	t.Helper()
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{l: l, target: target}
-	go p.serve()
-	t.Cleanup(func() {
-		_ = l.Close()
-		p.cut()
-	})
-	return p
-}
-
-func (p *proxy) serve() {
-	for {
-		in, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("unix", p.target)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-		go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
-	}
-}
-
-// cut closes every connection made so far.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
 }
 
 // quietLogger drops the NRI runtime's informational messages, which the adaptation logs for every

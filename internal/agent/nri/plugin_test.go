@@ -140,7 +140,7 @@ func TestCreateContainerThroughNRI(t *testing.T) {
 		wantErr:   "has not allocated them yet",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			adj, err := rt.createContainer(tc.pod, tc.container)
+			adj, err := createContainer(rt, tc.pod, tc.container)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), ErrDevicesNotReady.Error()) {
 					t.Fatalf("CreateContainer: got error %v, want one saying %q and %q", err, ErrDevicesNotReady, tc.wantErr)
@@ -166,10 +166,10 @@ func TestRequiredPluginsGate(t *testing.T) {
 	rt := startRuntime(t, socket)
 	gated := sandbox("gated", "ns", "gated", map[string]string{RequiredPluginsAnnotation: `["kubedevice"]`})
 
-	if _, err := rt.createContainer(gated, "app"); err == nil || !strings.Contains(err.Error(), `required plugin "kubedevice" not present`) {
+	if _, err := createContainer(rt, gated, "app"); err == nil || !strings.Contains(err.Error(), `required plugin "kubedevice" not present`) {
 		t.Fatalf("CreateContainer of a gated pod without the plugin: got %v, want the validator's refusal", err)
 	}
-	if _, err := rt.createContainer(sandbox("plain", "ns", "plain", nil), "app"); err != nil {
+	if _, err := createContainer(rt, sandbox("plain", "ns", "plain", nil), "app"); err != nil {
 		t.Fatalf("CreateContainer of a plain pod without the plugin: %v", err)
 	}
 
@@ -177,7 +177,7 @@ func TestRequiredPluginsGate(t *testing.T) {
 	index.SetNoDevices("gated", "ns", "gated")
 	runner := startRunner(t, socket, index, &fakePods{})
 	waitFor(t, "the gated pod to be admitted", func() bool {
-		_, err := rt.createContainer(gated, "app")
+		_, err := createContainer(rt, gated, "app")
 		return err == nil
 	})
 	if got := runner.Status().State; got != StateConnected {
@@ -197,20 +197,20 @@ func TestRunnerReconnects(t *testing.T) {
 	pod := sandbox("ready", "ns", "trainer", nil)
 
 	waitFor(t, "the missing socket to be reported", func() bool { return runner.Status().State == StateSocketMissing })
-	rt := startRuntime(t, filepath.Join(dir, "runtime.sock"))
-	px := startProxy(t, socket, rt.socket)
+	rt := startRuntime(t, socket)
 	waitFor(t, "the plugin to connect", func() bool { return runner.Status().State == StateConnected })
 	injects := func() bool {
-		adj, err := rt.createContainer(pod, "app")
+		adj, err := createContainer(rt, pod, "app")
 		return err == nil && len(adj.GetEnv()) == 2
 	}
 	waitFor(t, "the runtime to get the devices", injects)
 
 	for i := range 2 {
-		rt.stop()
-		px.cut()
-		waitFor(t, "the closed connection to be reported", func() bool { return runner.Status().State == StateDisconnected })
-		rt.start()
+		rt.Stop()
+		waitFor(t, "the closed connection to be reported", func() bool { return runner.Status().State != StateConnected })
+		if err := rt.Start(); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, "the plugin to reconnect", func() bool { return runner.Status().State == StateConnected })
 		waitFor(t, "the restarted runtime to get the devices", injects)
 		t.Logf("restart %d: reconnected", i+1)

@@ -83,10 +83,10 @@ func setResources(entries string) {
 	Expect(k8sClient.Update(ctx, cm)).To(Succeed())
 }
 
-// gatedOnDryRun reports whether a pod asking for resource would get the annotation now.
-func gatedOnDryRun(ns string, res corev1.ResourceName) func() (map[string]string, error) {
+// gopherOnDryRun returns the annotations a pod asking for a gopher would be created with now.
+func gopherOnDryRun(ns string) func() (map[string]string, error) {
 	return func() (map[string]string, error) {
-		pod := testutil.MakePod("probe", ns).Request(res, 1).Obj()
+		pod := testutil.MakePod("probe", ns).Request(gopher, 1).Obj()
 		err := k8sClient.Create(ctx, pod, client.DryRunAll)
 		return pod.Annotations, err
 	}
@@ -102,7 +102,7 @@ var _ = Describe("Injection gate admission policy", Ordered, func() {
 			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj))).To(Succeed()) })
 		}
 		By("waiting for the policy to be in force")
-		Eventually(gatedOnDryRun(newNamespace(), gopher)).Should(HaveKeyWithValue(podKey, `["kubedevice"]`))
+		Eventually(gopherOnDryRun(newNamespace())).Should(HaveKeyWithValue(podKey, `["kubedevice"]`))
 	})
 	BeforeEach(func() { ns = newNamespace() })
 
@@ -191,7 +191,7 @@ var _ = Describe("Injection gate admission policy", Ordered, func() {
 	It("gates exactly the resources the parameters list", func() {
 		DeferCleanup(setResources, "example.com/*\n")
 		setResources("# GPUs are served by kubedevice on every GPU node\nvendor.com/gpu, ,\n")
-		Eventually(gatedOnDryRun(ns, gopher)).Should(BeEmpty())
+		Eventually(gopherOnDryRun(ns)).Should(BeEmpty())
 
 		pod := create(testutil.MakePod("gpu", ns).Request(gpu, 2))
 		Expect(pod.Annotations).To(HaveKeyWithValue(podKey, `["kubedevice"]`))
@@ -208,9 +208,9 @@ var _ = Describe("Injection gate admission policy", Ordered, func() {
 			for _, obj := range loadManifests("config/admission/pod_injection_gate_params.yaml") {
 				Expect(k8sClient.Create(ctx, obj)).To(Succeed())
 			}
-			Eventually(gatedOnDryRun(ns, gopher)).Should(HaveKey(podKey))
+			Eventually(gopherOnDryRun(ns)).Should(HaveKey(podKey))
 		})
-		Eventually(gatedOnDryRun(ns, gopher)).Should(BeEmpty())
+		Eventually(gopherOnDryRun(ns)).Should(BeEmpty())
 		Expect(create(testutil.MakePod("unguarded", ns).Request(gopher, 1)).Annotations).To(BeEmpty())
 	})
 })
