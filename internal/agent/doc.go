@@ -36,6 +36,23 @@
 // Resources with more than 128 devices are split into shards named NodeDeviceName(node,
 // resource, shard). Cordons from every shard are handed to the core.
 //
+// # Runtime injection
+//
+// On a real node the kubelet creates the containers and knows nothing of the agent's allocations,
+// so with RuntimeInjectionNRI (--runtime-injection=nri, the command's default) the agent is an NRI
+// plugin of the container runtime (package nri, injection.go): at container creation it adds the
+// allocation's envs, mounts, device nodes and CDI devices. The pod controller records in the
+// plugin's index what each pod's containers get as soon as its devices are allocated and
+// prepared (PreStartContainer included), before the DeviceAllocation is written, and a pod whose
+// devices are refused or not allocated yet as waiting, so its containers are refused and the
+// kubelet retries them. Pods the pod controller has not reconciled yet are looked up in the
+// informer cache. The plugin connects once the agent is ready and reconnects whenever the
+// runtime closes the connection; the state of the connection is the RuntimeInjectionReady
+// condition of every NodeDevice of the node (kept as it is while unknown just after a start, so
+// a restart writes nothing) and the kubedevice_agent_nri_connected gauge. It never makes the
+// agent unready. With RuntimeInjectionNone (the zero value of Options) nothing is injected and
+// the condition says InjectionDisabled.
+//
 // # Lease
 //
 // The agent renews the Lease kubedevice-agent-<node> in its namespace every 10 s: its only
