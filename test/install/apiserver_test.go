@@ -86,8 +86,8 @@ func startAPIServer(t *testing.T) *rest.Config {
 	return apiServer.cfg
 }
 
-// resource returns the dynamic client of an object's resource, in its namespace if namespaced.
-func resource(u *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+// resourceClient returns the dynamic client of an object's resource, in its namespace if namespaced.
+func resourceClient(u *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 	gvk := u.GroupVersionKind()
 	mapping, err := apiServer.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
@@ -107,7 +107,7 @@ func resource(u *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 // apply server-side applies an object with strict field validation: an unknown or duplicate field
 // is an error, as with `kubectl apply --server-side`. dryRun persists nothing.
 func apply(ctx context.Context, u *unstructured.Unstructured, dryRun bool) error {
-	ri, err := resource(u)
+	ri, err := resourceClient(u)
 	if err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func ensureNamespace(ctx context.Context, t *testing.T, ns string) {
 	u.SetAPIVersion("v1")
 	u.SetKind("Namespace")
 	u.SetName(ns)
-	ri, err := resource(u)
+	ri, err := resourceClient(u)
 	if err != nil {
 		t.Fatal(err)
 	}

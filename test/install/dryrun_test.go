@@ -4,11 +4,13 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -196,6 +198,27 @@ func TestServiceMonitorsSelectTheMetricsPorts(t *testing.T) {
 	}
 }
 
+var installed struct {
+	once sync.Once
+	objs []*unstructured.Unstructured
+	ok   bool
+}
+
+// installForReal applies config/default to the test API server for real, once, and returns it.
+func installForReal(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	startAPIServer(t)
+	installed.once.Do(func() {
+		objs := kustomizeBuild(t, filepath.Join(configDir, "default"))
+		applyRender(t.Context(), t, objs, false)
+		installed.objs, installed.ok = objs, !t.Failed()
+	})
+	if !installed.ok {
+		t.Fatal("config/default could not be installed")
+	}
+	return installed.objs
+}
+
 // TestAgentTokenNamesItsNode installs config/default for real and runs the agent's pod, as the
 // DaemonSet creates it, on a node. The token the kubelet would mount for it (a TokenRequest bound
 // to the pod: ServiceAccountTokenPodNodeInfo, GA and locked on since 1.32) authenticates as the
@@ -205,11 +228,7 @@ func TestServiceMonitorsSelectTheMetricsPorts(t *testing.T) {
 func TestAgentTokenNamesItsNode(t *testing.T) {
 	cfg := startAPIServer(t)
 	ctx := t.Context()
-	objs := kustomizeBuild(t, filepath.Join(configDir, "default"))
-	applyRender(ctx, t, objs, false)
-	if t.Failed() {
-		t.FailNow()
-	}
+	objs := installForReal(t)
 	admin, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -292,5 +311,69 @@ func TestAgentTokenNamesItsNode(t *testing.T) {
 	}
 	if err := create(unbound, nodeName); err == nil || !strings.Contains(err.Error(), "no node association found") {
 		t.Errorf("with a token bound to no pod the agent's write gave %v, want the admission policy's refusal", err)
+	}
+}
+
+// requiredPluginsAnnotation is containerd's pod annotation naming the NRI plugins that must be
+// connected before the pod's containers are created.
+const requiredPluginsAnnotation = "required-plugins.noderesource.dev/pod"
+
+// TestInjectionGateIsWired checks the injection gate as config/default installs it: a pod that
+// asks for a gopher gets the required-plugins annotation naming kubedevice (so the binding finds
+// its ConfigMap in the install's namespace), while the Gopher sample's plugin pod and the agent's
+// own pod, which must start without the agent, do not.
+func TestInjectionGateIsWired(t *testing.T) {
+	cfg := startAPIServer(t)
+	ctx := t.Context()
+	objs := installForReal(t)
+	admin, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ensureNamespace(ctx, t, "apps")
+	gopherPod := func(name string) *corev1.Pod {
+		return testutil.MakePod(name, "apps").Request("example.com/gopher", 1).Obj()
+	}
+	// The policy takes effect once the API server's informers have it and its ConfigMap.
+	var gated *corev1.Pod
+	if err := waitFor(30*time.Second, func() error {
+		gated, err = admin.CoreV1().Pods("apps").Create(ctx, gopherPod("gopher-pod"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(gated.Annotations[requiredPluginsAnnotation], `"kubedevice"`) {
+			return errNotYet
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("a pod asking for example.com/gopher has annotations %v (%v), want %s naming kubedevice", gated.GetAnnotations(), err, requiredPluginsAnnotation)
+	}
+
+	sample := kustomizeBuild(t, filepath.Join(configDir, "samples", "gopher"))
+	for _, ds := range []struct {
+		objs []*unstructured.Unstructured
+		name string
+	}{{sample, "gopher-device-plugin"}, {objs, "kubedevice-agent"}} {
+		d := toDaemonSet(t, find(t, ds.objs, "DaemonSet", ds.name))
+		ensureNamespace(ctx, t, d.Namespace)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: ds.name + "-gate-test", Namespace: d.Namespace, Labels: d.Spec.Template.Labels},
+			Spec:       *d.Spec.Template.Spec.DeepCopy(),
+		}
+		// Asking for a gopher too, so only the pod's namespace or label keeps the gate away.
+		c := &pod.Spec.Containers[0]
+		for _, l := range []*corev1.ResourceList{&c.Resources.Requests, &c.Resources.Limits} {
+			if *l == nil {
+				*l = corev1.ResourceList{}
+			}
+			(*l)["example.com/gopher"] = resource.MustParse("1")
+		}
+		got, err := admin.CoreV1().Pods(d.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatalf("creating the pod of %s: %v", ds.name, err)
+		}
+		if v, ok := got.Annotations[requiredPluginsAnnotation]; ok {
+			t.Errorf("the pod of %s is gated (%s=%s): it must start without the agent's NRI plugin", ds.name, requiredPluginsAnnotation, v)
+		}
 	}
 }

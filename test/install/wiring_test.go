@@ -2,6 +2,7 @@ package install
 
 import (
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -216,6 +217,96 @@ func TestImagePathsAgree(t *testing.T) {
 			cmd, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "command")
 			if len(cmd) == 0 || !have[cmd[0]] {
 				t.Errorf("%s runs %v, not one of the image's binaries (/usr/local/bin/<cmd/ directory>)", key(u), cmd)
+			}
+		}
+	}
+}
+
+// omittedFlags are the flags of the agent and the controller that the installs leave at their
+// defaults on purpose: the in-cluster configuration, logging, and --nri-host-root (the agent sees
+// the host's /dev at /dev).
+var omittedFlags = map[string]bool{
+	"kubeconfig":           true,
+	"zap-devel":            true,
+	"zap-encoder":          true,
+	"zap-log-level":        true,
+	"zap-stacktrace-level": true,
+	"zap-time-encoding":    true,
+	"nri-host-root":        true,
+}
+
+// binaryFlags builds the commands and returns the names of the flags each defines, from its -h
+// output, by the path the image has it at. It builds as test/e2e does (with the race detector when
+// the test runs with it), so `make test` compiles the dependencies once for both.
+func binaryFlags(t *testing.T, names ...string) map[string]map[string]bool {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"build", "-o", dir + "/"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	for _, n := range names {
+		args = append(args, "./cmd/"+n)
+	}
+	build := exec.Command("go", args...)
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
+	defined := map[string]map[string]bool{}
+	for _, n := range names {
+		out, _ := exec.Command(filepath.Join(dir, n), "-h").CombinedOutput() // exits 0 or 2 after the usage
+		flags := map[string]bool{}
+		for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
+			flags[m[1]] = true
+		}
+		if len(flags) == 0 {
+			t.Fatalf("%s -h lists no flags:\n%s", n, out)
+		}
+		defined["/usr/local/bin/"+n] = flags
+	}
+	return defined
+}
+
+// TestArgsAreTheBinariesFlags checks every container's arguments, in every install, against the
+// flags its binary defines, so a renamed or removed flag fails here and not in a crash-looping pod;
+// and that config/default passes the agent and the controller every flag they have (explicitly,
+// at its default where there is nothing else to say), but for omittedFlags.
+func TestArgsAreTheBinariesFlags(t *testing.T) {
+	defined := binaryFlags(t, "kubedevice-agent", "kubedevice-controller", "gopher-device-plugin")
+	all := renders(t)
+	all["config/samples/gopher"] = kustomizeBuild(t, filepath.Join(configDir, "samples", "gopher"))
+	for name, objs := range all {
+		for _, u := range objs {
+			containers, found, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+			if !found {
+				continue
+			}
+			for _, c := range containers {
+				cmd, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "command")
+				args, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "args")
+				flagsOf, ok := defined[cmd[0]]
+				if !ok {
+					t.Errorf("%s: %s runs %s, which this test does not know", name, key(u), cmd[0])
+					continue
+				}
+				passed := map[string]bool{}
+				for _, a := range args {
+					flag, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+					if !strings.HasPrefix(a, "--") || !flagsOf[flag] {
+						t.Errorf("%s: %s passes %q, which %s does not define", name, key(u), a, cmd[0])
+					}
+					passed[flag] = true
+				}
+				if name != "config/default" || cmd[0] == "/usr/local/bin/gopher-device-plugin" {
+					continue
+				}
+				for f := range flagsOf {
+					if !passed[f] && !omittedFlags[f] {
+						t.Errorf("%s: %s does not pass --%s (pass it, or add it to omittedFlags with the reason)", name, key(u), f)
+					}
+				}
 			}
 		}
 	}
