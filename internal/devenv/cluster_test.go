@@ -34,6 +34,9 @@ func TestEmbeddedManifests(t *testing.T) {
 		"ValidatingAdmissionPolicyBinding/kubedevice-agent-node-restriction",
 		"ValidatingAdmissionPolicy/kubedevice-controller-node-status",
 		"ValidatingAdmissionPolicyBinding/kubedevice-controller-node-status",
+		"MutatingAdmissionPolicy/kubedevice-injection-gate",
+		"MutatingAdmissionPolicyBinding/kubedevice-injection-gate",
+		"ConfigMap/kubedevice-admission",
 	}
 	if diff := cmp.Diff(want, kinds); diff != "" {
 		t.Errorf("admission objects (-want +got):\n%s", diff)

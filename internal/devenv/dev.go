@@ -235,16 +235,17 @@ func (d *dev) start(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.opts.Out, "\nexport KUBECONFIG=%s\n\n", d.l.kubeconfig())
 
-	if err := p.run("Installing the CRDs and admission policies", func() (string, error) {
-		return installManifests(ctx, d.cp.admin, d.c, d.opts.Timeout)
-	}); err != nil {
-		return err
-	}
+	// The namespace first: the injection gate's parameters (config/admission) live in it.
 	if err := p.run("Creating node "+NodeName+" (Ready, no kubelet)", func() (string, error) {
 		if err := createNamespace(ctx, d.c, AgentNamespace); err != nil {
 			return "", err
 		}
 		return "and namespace " + AgentNamespace, createNode(ctx, d.c)
+	}); err != nil {
+		return err
+	}
+	if err := p.run("Installing the CRDs and admission policies", func() (string, error) {
+		return installManifests(ctx, d.cp.admin, d.c, d.opts.Timeout)
 	}); err != nil {
 		return err
 	}
