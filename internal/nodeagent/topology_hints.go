@@ -24,7 +24,7 @@ import (
 // Unlike the kubelet, it does not garbage-collect first (the caller owns the
 // list of active pods, see UpdateAllocatedDevices), and cordoned devices are
 // not available.
-func (m *Manager) GetTopologyHints(pod *v1.Pod, container *v1.Container) map[string][]topology.TopologyHint {
+func (m *Manager) GetTopologyHints(pod *v1.Pod, container *v1.Container) map[string][]topology.Hint {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.containerHintsLocked(pod, container)
@@ -36,15 +36,15 @@ func (m *Manager) GetTopologyHints(pod *v1.Pod, container *v1.Container) map[str
 // larger of the largest init container and the sum of the app containers,
 // with the sidecar rules), the allocated devices are those of the whole pod,
 // and nothing is reusable.
-func (m *Manager) GetPodTopologyHints(pod *v1.Pod) map[string][]topology.TopologyHint {
+func (m *Manager) GetPodTopologyHints(pod *v1.Pod) map[string][]topology.Hint {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.podHintsLocked(pod)
 }
 
-func (m *Manager) containerHintsLocked(pod *v1.Pod, c *v1.Container) map[string][]topology.TopologyHint {
+func (m *Manager) containerHintsLocked(pod *v1.Pod, c *v1.Container) map[string][]topology.Hint {
 	uid := string(pod.UID)
-	hints := make(map[string][]topology.TopologyHint)
+	hints := make(map[string][]topology.Hint)
 	var reuse map[string]sets.Set[string]
 	for _, rq := range containerRequests(pod, c) {
 		if m.resources[rq.resource] == nil {
@@ -72,9 +72,9 @@ func (m *Manager) containerHintsLocked(pod *v1.Pod, c *v1.Container) map[string]
 	return hints
 }
 
-func (m *Manager) podHintsLocked(pod *v1.Pod) map[string][]topology.TopologyHint {
+func (m *Manager) podHintsLocked(pod *v1.Pod) map[string][]topology.Hint {
 	uid := string(pod.UID)
-	hints := make(map[string][]topology.TopologyHint)
+	hints := make(map[string][]topology.Hint)
 	for _, rq := range podRequests(pod) {
 		if m.resources[rq.resource] == nil {
 			continue
@@ -129,7 +129,7 @@ func (m *Manager) admitTopologyLocked(ctx context.Context, pod *v1.Pod, c *v1.Co
 	}
 	logger := klog.FromContext(ctx)
 	uid := string(pod.UID)
-	var hints map[string][]topology.TopologyHint
+	var hints map[string][]topology.Hint
 	if scope == topology.ScopePod {
 		if aff, ok := m.affinity[uid][podScopeKey]; ok {
 			m.setAffinityLocked(uid, c.Name, aff)
@@ -139,7 +139,7 @@ func (m *Manager) admitTopologyLocked(ctx context.Context, pod *v1.Pod, c *v1.Co
 	} else {
 		hints = m.containerHintsLocked(pod, c)
 	}
-	best, err := policy.Admit(m.numaNodes, []map[string][]topology.TopologyHint{hints})
+	best, err := policy.Admit(m.numaNodes, []map[string][]topology.Hint{hints})
 	if err != nil {
 		logger.Info("Topology policy refused the allocation", "policy", policy, "scope", scope, "hints", hints)
 		return 0, &AllocationError{Reason: AllocationTopologyAffinityError, Err: err}

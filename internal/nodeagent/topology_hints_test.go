@@ -310,7 +310,7 @@ type hintCase struct {
 	pod       *v1.Pod
 	devices   map[string][]*pluginapi.Device
 	allocated map[string]map[string]map[string][]string
-	want      map[string][]topology.TopologyHint
+	want      map[string][]topology.Hint
 }
 
 const (
@@ -319,11 +319,11 @@ const (
 	notRegistered = "example.com/notregistered"
 )
 
-func hints(t testing.TB, pairs ...any) []topology.TopologyHint {
+func hints(t testing.TB, pairs ...any) []topology.Hint {
 	t.Helper()
-	out := []topology.TopologyHint{}
+	out := []topology.Hint{}
 	for i := 0; i < len(pairs); i += 2 {
-		out = append(out, topology.TopologyHint{NUMANodeAffinity: mask(t, pairs[i].([]int)...), Preferred: pairs[i+1].(bool)})
+		out = append(out, topology.Hint{NUMANodeAffinity: mask(t, pairs[i].([]int)...), Preferred: pairs[i+1].(bool)})
 	}
 	return out
 }
@@ -340,38 +340,38 @@ func commonHintCases(t testing.TB) []hintCase {
 			name:    "Single Request, no alignment",
 			pod:     fakePodWith(req{testDevice1, 1}),
 			devices: map[string][]*pluginapi.Device{testDevice1: healthy("Dev1", "Dev2", "Dev3", "Dev4")},
-			want:    map[string][]topology.TopologyHint{testDevice1: nil},
+			want:    map[string][]topology.Hint{testDevice1: nil},
 		},
 		{
 			name:    "Single Request, only one with alignment",
 			pod:     fakePodWith(req{testDevice1, 1}),
 			devices: map[string][]*pluginapi.Device{testDevice1: {dptest.Device("Dev1", pluginapi.Healthy), numaDevice("Dev2", 1)}},
-			want:    map[string][]topology.TopologyHint{testDevice1: hints(t, []int{1}, true)},
+			want:    map[string][]topology.Hint{testDevice1: hints(t, []int{1}, true)},
 		},
 		{
 			name:    "Single Request, one device per socket",
 			pod:     fakePodWith(req{testDevice1, 1}),
 			devices: map[string][]*pluginapi.Device{testDevice1: {numaDevice("Dev1", 0), numaDevice("Dev2", 1)}},
-			want:    map[string][]topology.TopologyHint{testDevice1: hints(t, []int{0}, true, []int{1}, true, []int{0, 1}, false)},
+			want:    map[string][]topology.Hint{testDevice1: hints(t, []int{0}, true, []int{1}, true, []int{0, 1}, false)},
 		},
 		{
 			name:    "Request for 2, one device per socket",
 			pod:     fakePodWith(req{testDevice1, 2}),
 			devices: map[string][]*pluginapi.Device{testDevice1: {numaDevice("Dev1", 0), numaDevice("Dev2", 1)}},
-			want:    map[string][]topology.TopologyHint{testDevice1: hints(t, []int{0, 1}, true)},
+			want:    map[string][]topology.Hint{testDevice1: hints(t, []int{0, 1}, true)},
 		},
 		{
 			name:    "Request for 2, 2 devices per socket",
 			pod:     fakePodWith(req{testDevice1, 2}),
 			devices: map[string][]*pluginapi.Device{testDevice1: twoPerSocket},
-			want:    map[string][]topology.TopologyHint{testDevice1: hints(t, []int{0}, true, []int{1}, true, []int{0, 1}, false)},
+			want:    map[string][]topology.Hint{testDevice1: hints(t, []int{0}, true, []int{1}, true, []int{0, 1}, false)},
 		},
 		{
 			name:      "Request for 2, optimal on 1 NUMA node, forced cross-NUMA",
 			pod:       fakePodWith(req{testDevice1, 2}),
 			devices:   map[string][]*pluginapi.Device{testDevice1: twoPerSocket},
 			allocated: map[string]map[string]map[string][]string{"fakePod": {"fakeOtherContainer": {testDevice1: {"Dev1", "Dev2"}}}},
-			want:      map[string][]topology.TopologyHint{testDevice1: hints(t, []int{0, 1}, false)},
+			want:      map[string][]topology.Hint{testDevice1: hints(t, []int{0, 1}, false)},
 		},
 		{
 			name: "2 device types, mixed configuration",
@@ -380,7 +380,7 @@ func commonHintCases(t testing.TB) []hintCase {
 				testDevice1: twoPerSocket,
 				testDevice2: {numaDevice("Dev1", 0)},
 			},
-			want: map[string][]topology.TopologyHint{
+			want: map[string][]topology.Hint{
 				testDevice1: hints(t, []int{0}, true, []int{1}, true, []int{0, 1}, false),
 				testDevice2: hints(t, []int{0}, true),
 			},
@@ -389,28 +389,28 @@ func commonHintCases(t testing.TB) []hintCase {
 			name:    "Single device type, more requested than available",
 			pod:     fakePodWith(req{testDevice1, 6}),
 			devices: map[string][]*pluginapi.Device{testDevice1: {numaDevice("Dev1", 0), numaDevice("Dev2", 0), numaDevice("Dev3", 1), numaDevice("Dev4", 1)}},
-			want:    map[string][]topology.TopologyHint{testDevice1: {}},
+			want:    map[string][]topology.Hint{testDevice1: {}},
 		},
 		{
 			name:      "Single device type, all already allocated to container",
 			pod:       fakePodWith(req{testDevice1, 2}),
 			devices:   map[string][]*pluginapi.Device{testDevice1: {numaDevice("Dev1", 0), numaDevice("Dev2", 0)}},
 			allocated: map[string]map[string]map[string][]string{"fakePod": {"fakeContainer": {testDevice1: {"Dev1", "Dev2"}}}},
-			want:      map[string][]topology.TopologyHint{testDevice1: hints(t, []int{0}, true)},
+			want:      map[string][]topology.Hint{testDevice1: hints(t, []int{0}, true)},
 		},
 		{
 			name:      "Single device type, less already allocated to container than requested",
 			pod:       fakePodWith(req{testDevice1, 4}),
 			devices:   map[string][]*pluginapi.Device{testDevice1: {numaDevice("Dev1", 0), numaDevice("Dev2", 0), numaDevice("Dev3", 1), numaDevice("Dev4", 1)}},
 			allocated: map[string]map[string]map[string][]string{"fakePod": {"fakeContainer": {testDevice1: {"Dev1", "Dev2"}}}},
-			want:      map[string][]topology.TopologyHint{testDevice1: {}},
+			want:      map[string][]topology.Hint{testDevice1: {}},
 		},
 		{
 			name:      "Single device type, more already allocated to container than requested",
 			pod:       fakePodWith(req{testDevice1, 2}),
 			devices:   map[string][]*pluginapi.Device{testDevice1: {numaDevice("Dev1", 0), numaDevice("Dev2", 0), numaDevice("Dev3", 1), numaDevice("Dev4", 1)}},
 			allocated: map[string]map[string]map[string][]string{"fakePod": {"fakeContainer": {testDevice1: {"Dev1", "Dev2", "Dev3", "Dev4"}}}},
-			want:      map[string][]topology.TopologyHint{testDevice1: {}},
+			want:      map[string][]topology.Hint{testDevice1: {}},
 		},
 	}
 }
@@ -428,7 +428,7 @@ func podScopeHintCases(t testing.TB) []hintCase {
 				container("fakeContainer2", req{testDevice2, 2}).
 				container("fakeContainer3", req{notRegistered, 2}).obj(),
 			devices: devices,
-			want:    map[string][]topology.TopologyHint{testDevice1: aligned, testDevice2: aligned},
+			want:    map[string][]topology.Hint{testDevice1: aligned, testDevice2: aligned},
 		},
 		{
 			name: "2 device types, request resources for init containers and user container",
@@ -439,7 +439,7 @@ func podScopeHintCases(t testing.TB) []hintCase {
 				container("fakeContainer2", req{testDevice1, 1}, req{testDevice2, 1}).
 				container("fakeContainer3", req{notRegistered, 1}).obj(),
 			devices: devices,
-			want:    map[string][]topology.TopologyHint{testDevice1: aligned, testDevice2: aligned},
+			want:    map[string][]topology.Hint{testDevice1: aligned, testDevice2: aligned},
 		},
 		{
 			name: "2 device types, user container only, optimal on 1 NUMA node, forced cross-NUMA",
@@ -451,7 +451,7 @@ func podScopeHintCases(t testing.TB) []hintCase {
 			allocated: map[string]map[string]map[string][]string{
 				"fakeOtherPod": {"fakeOtherContainer": {testDevice1: {"Dev1", "Dev3"}, testDevice2: {"Dev1", "Dev3"}}},
 			},
-			want: map[string][]topology.TopologyHint{
+			want: map[string][]topology.Hint{
 				testDevice1: hints(t, []int{0, 1}, false),
 				testDevice2: hints(t, []int{0, 1}, false),
 			},

@@ -166,10 +166,9 @@ func TestStoreRandomOperations(t *testing.T) {
 				if !errors.Is(err, wantErr) || (err == nil) != (wantErr == nil) {
 					t.Fatalf("op %d %s: error %v, want %v", i, desc, err, wantErr)
 				}
-				switch {
-				case wantErr == nil:
+				if wantErr == nil {
 					counts["ok"]++
-				default:
+				} else {
 					counts[wantErr.Error()]++
 				}
 				checkAgainstModel(t, s, m, fmt.Sprintf("op %d %s", i, desc))

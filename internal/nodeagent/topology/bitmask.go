@@ -27,7 +27,7 @@ import (
 const MaxNUMANodes = 64
 
 // BitMask is a set of NUMA node IDs. The zero value is the empty set; in a
-// TopologyHint it means "no NUMA preference".
+// Hint it means "no NUMA preference".
 type BitMask uint64
 
 // NewBitMask returns the mask of the given NUMA node IDs. It fails on an ID

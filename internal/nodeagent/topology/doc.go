@@ -26,9 +26,9 @@ limitations under the License.
 // IDs, and the request.
 //
 // Conventions, as in the kubelet:
-//   - a nil []TopologyHint means "no preference" (no device of the resource
+//   - a nil []Hint means "no preference" (no device of the resource
 //     reports topology); an empty non-nil one means "cannot be satisfied";
-//   - an empty BitMask in a TopologyHint means "any NUMA node" (the
+//   - an empty BitMask in a Hint means "any NUMA node" (the
 //     kubelet's nil NUMANodeAffinity);
 //   - NUMA node IDs are 0..63 (BitMask is 64 bits wide).
 package topology

@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 )
 
-// TopologyHint is a NUMA affinity a resource can be allocated with.
-type TopologyHint struct {
+// Hint is a NUMA affinity a resource can be allocated with.
+type Hint struct {
 	// NUMANodeAffinity is the set of NUMA nodes the allocation would use.
 	// Empty means any NUMA node (no preference).
 	NUMANodeAffinity BitMask
@@ -33,7 +33,7 @@ type TopologyHint struct {
 }
 
 // String renders h for logs, e.g. "{0,1} preferred".
-func (h TopologyHint) String() string {
+func (h Hint) String() string {
 	aff := h.NUMANodeAffinity.String()
 	if h.NUMANodeAffinity.IsEmpty() {
 		aff = "any"
@@ -46,7 +46,7 @@ func (h TopologyHint) String() string {
 
 // LessThan orders hints as the kubelet's TopologyHint.LessThan: preferred
 // before not preferred, then narrower affinity first.
-func (h TopologyHint) LessThan(o TopologyHint) bool {
+func (h Hint) LessThan(o Hint) bool {
 	if h.Preferred != o.Preferred {
 		return h.Preferred
 	}
@@ -108,7 +108,7 @@ type HintInput struct {
 //     [] (cannot be satisfied) if their number differs from the request;
 //   - [] if fewer than Request devices are available and reusable;
 //   - otherwise GenerateDeviceHints.
-func ResourceHints(in HintInput) []TopologyHint {
+func ResourceHints(in HintInput) []Hint {
 	if !in.Devices.HasTopology() {
 		return nil
 	}
@@ -116,7 +116,7 @@ func ResourceHints(in HintInput) []TopologyHint {
 		return RegenerateHints(in.MachineNodes, in.Devices, in.Allocated, in.Request)
 	}
 	if in.Available.Union(in.Reusable).Len() < in.Request {
-		return []TopologyHint{}
+		return []Hint{}
 	}
 	return GenerateDeviceHints(in.MachineNodes, in.Devices, in.Available, in.Reusable, in.Request)
 }
@@ -124,9 +124,9 @@ func ResourceHints(in HintInput) []TopologyHint {
 // RegenerateHints returns the hints of devices that are already allocated:
 // [] if their number differs from request (the request changed), otherwise
 // the hints generated as if exactly those devices were available.
-func RegenerateHints(machineNodes []int, devices DeviceNodes, allocated sets.Set[string], request int) []TopologyHint {
+func RegenerateHints(machineNodes []int, devices DeviceNodes, allocated sets.Set[string], request int) []Hint {
 	if allocated.Len() != request {
-		return []TopologyHint{}
+		return []Hint{}
 	}
 	return GenerateDeviceHints(machineNodes, devices, allocated, nil, request)
 }
@@ -148,7 +148,7 @@ func RegenerateHints(machineNodes []int, devices DeviceNodes, allocated sets.Set
 // A reusable device unknown to devices, or with no NUMA node, is not
 // required to be in the mask (the kubelet requires a device whose topology
 // is present but empty to be in every mask, which rejects them all).
-func GenerateDeviceHints(machineNodes []int, devices DeviceNodes, available, reusable sets.Set[string], request int) []TopologyHint {
+func GenerateDeviceHints(machineNodes []int, devices DeviceNodes, available, reusable sets.Set[string], request int) []Hint {
 	numaNodes := devices.NUMANodes(machineNodes)
 	if len(numaNodes) == 0 {
 		numaNodes = machineNodes
@@ -178,7 +178,7 @@ func GenerateDeviceHints(machineNodes []int, devices DeviceNodes, available, reu
 		}
 	}
 
-	hints := []TopologyHint{}
+	hints := []Hint{}
 	IterateBitMasks(numaNodes, func(mask BitMask) {
 		devicesInMask := 0
 		for _, c := range all {
@@ -205,7 +205,7 @@ func GenerateDeviceHints(machineNodes []int, devices DeviceNodes, available, reu
 		if numMatching < request {
 			return
 		}
-		hints = append(hints, TopologyHint{NUMANodeAffinity: mask})
+		hints = append(hints, Hint{NUMANodeAffinity: mask})
 	})
 
 	for i := range hints {
@@ -239,10 +239,10 @@ func countByMask(masks []BitMask) []maskCount {
 	return out
 }
 
-// SortHints sorts hints with TopologyHint.LessThan (preferred first, then
+// SortHints sorts hints with Hint.LessThan (preferred first, then
 // narrowest), for stable logs and comparisons.
-func SortHints(hints []TopologyHint) {
-	slices.SortStableFunc(hints, func(a, b TopologyHint) int {
+func SortHints(hints []Hint) {
+	slices.SortStableFunc(hints, func(a, b Hint) int {
 		switch {
 		case a.LessThan(b):
 			return -1

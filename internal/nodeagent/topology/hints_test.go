@@ -27,9 +27,9 @@ import (
 
 var twoNodes = []int{0, 1}
 
-func hint(t testing.TB, preferred bool, nodes ...int) TopologyHint {
+func hint(t testing.TB, preferred bool, nodes ...int) Hint {
 	t.Helper()
-	return TopologyHint{NUMANodeAffinity: mask(t, nodes...), Preferred: preferred}
+	return Hint{NUMANodeAffinity: mask(t, nodes...), Preferred: preferred}
 }
 
 // onNode returns a device ID → NUMA node map with every device on one node.
@@ -50,13 +50,13 @@ type hintCase struct {
 	allocated map[string]map[string][]string // container of the pod → resource → device IDs
 	otherPods map[string][]string            // resource → device IDs held by other pods
 	requests  map[string]int
-	want      map[string][]TopologyHint
+	want      map[string][]Hint
 }
 
 // hintsFor computes the hints of every requested resource as the kubelet
 // does for container "fakeContainer" (podScope false) or the whole pod.
-func hintsFor(tc hintCase, podScope bool) map[string][]TopologyHint {
-	got := map[string][]TopologyHint{}
+func hintsFor(tc hintCase, podScope bool) map[string][]Hint {
+	got := map[string][]Hint{}
 	for r, request := range tc.requests {
 		devices := tc.devices[r]
 		inUse, mine := sets.New(tc.otherPods[r]...), sets.New[string]()
@@ -87,33 +87,33 @@ func commonHintCases(t *testing.T) map[string]hintCase {
 		"Single Request, no alignment": {
 			devices:  map[string]DeviceNodes{"testdevice": {"Dev1": nil, "Dev2": nil, "Dev3": {}, "Dev4": nil}},
 			requests: map[string]int{"testdevice": 1},
-			want:     map[string][]TopologyHint{"testdevice": nil},
+			want:     map[string][]Hint{"testdevice": nil},
 		},
 		"Single Request, only one with alignment": {
 			devices:  map[string]DeviceNodes{"testdevice": {"Dev1": nil, "Dev2": {1}}},
 			requests: map[string]int{"testdevice": 1},
-			want:     map[string][]TopologyHint{"testdevice": {hint(t, true, 1)}},
+			want:     map[string][]Hint{"testdevice": {hint(t, true, 1)}},
 		},
 		"Single Request, one device per socket": {
 			devices:  map[string]DeviceNodes{"testdevice": onNode(map[string]int{"Dev1": 0, "Dev2": 1})},
 			requests: map[string]int{"testdevice": 1},
-			want:     map[string][]TopologyHint{"testdevice": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)}},
+			want:     map[string][]Hint{"testdevice": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)}},
 		},
 		"Request for 2, one device per socket": {
 			devices:  map[string]DeviceNodes{"testdevice": onNode(map[string]int{"Dev1": 0, "Dev2": 1})},
 			requests: map[string]int{"testdevice": 2},
-			want:     map[string][]TopologyHint{"testdevice": {hint(t, true, 0, 1)}},
+			want:     map[string][]Hint{"testdevice": {hint(t, true, 0, 1)}},
 		},
 		"Request for 2, 2 devices per socket": {
 			devices:  map[string]DeviceNodes{"testdevice": fourDevices},
 			requests: map[string]int{"testdevice": 2},
-			want:     map[string][]TopologyHint{"testdevice": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)}},
+			want:     map[string][]Hint{"testdevice": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)}},
 		},
 		"Request for 2, optimal on 1 NUMA node, forced cross-NUMA": {
 			devices:   map[string]DeviceNodes{"testdevice": fourDevices},
 			allocated: map[string]map[string][]string{"fakeOtherContainer": {"testdevice": {"Dev1", "Dev2"}}},
 			requests:  map[string]int{"testdevice": 2},
-			want:      map[string][]TopologyHint{"testdevice": {hint(t, false, 0, 1)}},
+			want:      map[string][]Hint{"testdevice": {hint(t, false, 0, 1)}},
 		},
 		"2 device types, mixed configuration": {
 			devices: map[string]DeviceNodes{
@@ -121,7 +121,7 @@ func commonHintCases(t *testing.T) map[string]hintCase {
 				"testdevice2": onNode(map[string]int{"Dev1": 0}),
 			},
 			requests: map[string]int{"testdevice1": 2, "testdevice2": 1},
-			want: map[string][]TopologyHint{
+			want: map[string][]Hint{
 				"testdevice1": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)},
 				"testdevice2": {hint(t, true, 0)},
 			},
@@ -129,25 +129,25 @@ func commonHintCases(t *testing.T) map[string]hintCase {
 		"Single device type, more requested than available": {
 			devices:  map[string]DeviceNodes{"testdevice": onNode(map[string]int{"Dev1": 0, "Dev2": 0, "Dev3": 1, "Dev4": 1})},
 			requests: map[string]int{"testdevice": 6},
-			want:     map[string][]TopologyHint{"testdevice": {}},
+			want:     map[string][]Hint{"testdevice": {}},
 		},
 		"Single device type, all already allocated to container": {
 			devices:   map[string]DeviceNodes{"testdevice": onNode(map[string]int{"Dev1": 0, "Dev2": 0})},
 			allocated: map[string]map[string][]string{"fakeContainer": {"testdevice": {"Dev1", "Dev2"}}},
 			requests:  map[string]int{"testdevice": 2},
-			want:      map[string][]TopologyHint{"testdevice": {hint(t, true, 0)}},
+			want:      map[string][]Hint{"testdevice": {hint(t, true, 0)}},
 		},
 		"Single device type, less already allocated to container than requested": {
 			devices:   map[string]DeviceNodes{"testdevice": onNode(map[string]int{"Dev1": 0, "Dev2": 0, "Dev3": 1, "Dev4": 1})},
 			allocated: map[string]map[string][]string{"fakeContainer": {"testdevice": {"Dev1", "Dev2"}}},
 			requests:  map[string]int{"testdevice": 4},
-			want:      map[string][]TopologyHint{"testdevice": {}},
+			want:      map[string][]Hint{"testdevice": {}},
 		},
 		"Single device type, more already allocated to container than requested": {
 			devices:   map[string]DeviceNodes{"testdevice": onNode(map[string]int{"Dev1": 0, "Dev2": 0, "Dev3": 1, "Dev4": 1})},
 			allocated: map[string]map[string][]string{"fakeContainer": {"testdevice": {"Dev1", "Dev2", "Dev3", "Dev4"}}},
 			requests:  map[string]int{"testdevice": 2},
-			want:      map[string][]TopologyHint{"testdevice": {}},
+			want:      map[string][]Hint{"testdevice": {}},
 		},
 	}
 }
@@ -174,7 +174,7 @@ func TestResourceHintsPodScope(t *testing.T) {
 		"2 device types, user container only": {
 			devices:  map[string]DeviceNodes{"testdevice1": fourDevices, "testdevice2": fourDevices},
 			requests: map[string]int{"testdevice1": 2, "testdevice2": 2},
-			want: map[string][]TopologyHint{
+			want: map[string][]Hint{
 				"testdevice1": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)},
 				"testdevice2": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)},
 			},
@@ -184,7 +184,7 @@ func TestResourceHintsPodScope(t *testing.T) {
 		"2 device types, request resources for init containers and user container": {
 			devices:  map[string]DeviceNodes{"testdevice1": fourDevices, "testdevice2": fourDevices},
 			requests: map[string]int{"testdevice1": 2, "testdevice2": 2},
-			want: map[string][]TopologyHint{
+			want: map[string][]Hint{
 				"testdevice1": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)},
 				"testdevice2": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)},
 			},
@@ -194,7 +194,7 @@ func TestResourceHintsPodScope(t *testing.T) {
 			devices:   map[string]DeviceNodes{"testdevice1": fourDevices, "testdevice2": fourDevices},
 			otherPods: map[string][]string{"testdevice1": {"Dev1", "Dev3"}, "testdevice2": {"Dev1", "Dev3"}},
 			requests:  map[string]int{"testdevice1": 2, "testdevice2": 2},
-			want: map[string][]TopologyHint{
+			want: map[string][]Hint{
 				"testdevice1": {hint(t, false, 0, 1)},
 				"testdevice2": {hint(t, false, 0, 1)},
 			},
@@ -214,26 +214,26 @@ func TestResourceHintsReusable(t *testing.T) {
 	cases := map[string]struct {
 		available, reusable sets.Set[string]
 		request             int
-		want                []TopologyHint
+		want                []Hint
 	}{
 		// A reused device pins the mask to its node.
 		"reusable device pins the node": {
 			available: sets.New("b0", "c1", "d1"),
 			reusable:  sets.New("a0"),
 			request:   2,
-			want:      []TopologyHint{hint(t, true, 0), hint(t, false, 0, 1)},
+			want:      []Hint{hint(t, true, 0), hint(t, false, 0, 1)},
 		},
 		"reusable devices count towards the request": {
 			available: sets.New[string](),
 			reusable:  sets.New("a0", "b0"),
 			request:   2,
-			want:      []TopologyHint{hint(t, true, 0), hint(t, false, 0, 1)},
+			want:      []Hint{hint(t, true, 0), hint(t, false, 0, 1)},
 		},
 		"reusable and available short of the request": {
 			available: sets.New("c1"),
 			reusable:  sets.New("a0"),
 			request:   3,
-			want:      []TopologyHint{},
+			want:      []Hint{},
 		},
 	}
 	for name, tc := range cases {
@@ -250,26 +250,26 @@ func TestResourceHintsReusable(t *testing.T) {
 func TestGenerateDeviceHintsReusableWithoutMask(t *testing.T) {
 	cases := map[string]struct {
 		devices DeviceNodes
-		want    []TopologyHint
+		want    []Hint
 	}{
 		// Skipped: it neither constrains the mask nor counts.
 		"reusable device without topology": {
 			devices: DeviceNodes{"a0": {0}, "r": nil},
-			want:    []TopologyHint{hint(t, true, 0)},
+			want:    []Hint{hint(t, true, 0)},
 		},
 		"reusable device unknown to the resource": {
 			devices: DeviceNodes{"a0": {0}},
-			want:    []TopologyHint{hint(t, true, 0)},
+			want:    []Hint{hint(t, true, 0)},
 		},
 		// Its topology names no node a mask can hold: as in the kubelet,
 		// no mask contains it, so nothing qualifies.
 		"reusable device on a node outside 0..63": {
 			devices: DeviceNodes{"a0": {0}, "r": {99}},
-			want:    []TopologyHint{},
+			want:    []Hint{},
 		},
 		"reusable device on a node the machine lacks": {
 			devices: DeviceNodes{"a0": {0}, "r": {5}},
-			want:    []TopologyHint{},
+			want:    []Hint{},
 		},
 	}
 	for name, tc := range cases {
@@ -287,12 +287,12 @@ func TestRegenerateHints(t *testing.T) {
 	cases := map[string]struct {
 		allocated sets.Set[string]
 		request   int
-		want      []TopologyHint
+		want      []Hint
 	}{
-		"same node":          {allocated: sets.New("a0", "b0"), request: 2, want: []TopologyHint{hint(t, true, 0), hint(t, false, 0, 1)}},
-		"across nodes":       {allocated: sets.New("a0", "c1"), request: 2, want: []TopologyHint{hint(t, false, 0, 1)}},
-		"fewer than request": {allocated: sets.New("a0"), request: 2, want: []TopologyHint{}},
-		"more than request":  {allocated: sets.New("a0", "b0", "c1"), request: 2, want: []TopologyHint{}},
+		"same node":          {allocated: sets.New("a0", "b0"), request: 2, want: []Hint{hint(t, true, 0), hint(t, false, 0, 1)}},
+		"across nodes":       {allocated: sets.New("a0", "c1"), request: 2, want: []Hint{hint(t, false, 0, 1)}},
+		"fewer than request": {allocated: sets.New("a0"), request: 2, want: []Hint{}},
+		"more than request":  {allocated: sets.New("a0", "b0", "c1"), request: 2, want: []Hint{}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -355,14 +355,14 @@ func TestGenerateDeviceTopologyHintsFiltersNUMANodes(t *testing.T) {
 		devices             DeviceNodes
 		available, reusable sets.Set[string]
 		request             int
-		want                []TopologyHint
+		want                []Hint
 	}{
 		"two node machine, device on one node": {
 			machine:   twoNodes,
 			devices:   DeviceNodes{"a": {0}},
 			available: sets.New("a"),
 			request:   1,
-			want:      []TopologyHint{hint(t, true, 0)},
+			want:      []Hint{hint(t, true, 0)},
 		},
 		// Iterating all 34 nodes would be 2^34 masks; only the two nodes
 		// with devices are considered.
@@ -371,21 +371,21 @@ func TestGenerateDeviceTopologyHintsFiltersNUMANodes(t *testing.T) {
 			devices:   DeviceNodes{"gpu0": {0}, "gpu1": {1}},
 			available: sets.New("gpu0", "gpu1"),
 			request:   1,
-			want:      []TopologyHint{hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)},
+			want:      []Hint{hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)},
 		},
 		"devices span all NUMA nodes": {
 			machine:   twoNodes,
 			devices:   DeviceNodes{"a": {0}, "b": {1}},
 			available: sets.New("a", "b"),
 			request:   1,
-			want:      []TopologyHint{hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)},
+			want:      []Hint{hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)},
 		},
 		"reusable device on filtered node": {
 			machine:  []int{0, 1, 2, 3},
 			devices:  DeviceNodes{"a": {0}},
 			reusable: sets.New("a"),
 			request:  1,
-			want:     []TopologyHint{hint(t, true, 0)},
+			want:     []Hint{hint(t, true, 0)},
 		},
 		"reusable and available on different nodes": {
 			machine:   []int{0, 1, 2, 3},
@@ -393,14 +393,14 @@ func TestGenerateDeviceTopologyHintsFiltersNUMANodes(t *testing.T) {
 			available: sets.New("b"),
 			reusable:  sets.New("a"),
 			request:   2,
-			want:      []TopologyHint{hint(t, true, 0, 1)},
+			want:      []Hint{hint(t, true, 0, 1)},
 		},
 		"no device with a known node: all machine nodes are candidates": {
 			machine:   twoNodes,
 			devices:   DeviceNodes{"a": {9}},
 			available: sets.New("a"),
 			request:   1,
-			want:      []TopologyHint{},
+			want:      []Hint{},
 		},
 	}
 	for name, tc := range cases {
@@ -420,13 +420,13 @@ func TestGenerateDeviceHintsCountsAllDevicesForPreference(t *testing.T) {
 	// all devices, so the only possible hint {0,1} is not preferred.
 	devices := DeviceNodes{"a0": {0}, "b0": {0}, "c0": {0}, "d1": {1}}
 	got := GenerateDeviceHints(twoNodes, devices, sets.New("a0", "d1"), nil, 2)
-	if diff := cmp.Diff([]TopologyHint{hint(t, false, 0, 1)}, got); diff != "" {
+	if diff := cmp.Diff([]Hint{hint(t, false, 0, 1)}, got); diff != "" {
 		t.Errorf("GenerateDeviceHints() mismatch (-want +got):\n%s", diff)
 	}
 }
 
 func TestTopologyHintString(t *testing.T) {
-	for h, want := range map[TopologyHint]string{
+	for h, want := range map[Hint]string{
 		{}:                  "any not preferred",
 		{Preferred: true}:   "any preferred",
 		hint(t, true, 0, 1): "{0,1} preferred",

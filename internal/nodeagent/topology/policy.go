@@ -89,38 +89,38 @@ func joinQuoted[T ~string](values []T) string {
 // refused by the topology policy.
 const ReasonTopologyAffinity = "TopologyAffinityError"
 
-// ErrTopologyAffinity matches every *TopologyAffinityError with errors.Is.
+// ErrTopologyAffinity matches every *AffinityError with errors.Is.
 // Its message is the kubelet's, verbatim.
 var ErrTopologyAffinity = errors.New("Resources cannot be allocated with Topology locality")
 
-// TopologyAffinityError reports that the policy refuses the merged hint. Its
+// AffinityError reports that the policy refuses the merged hint. Its
 // message is the kubelet's TopologyAffinityError message, verbatim.
-type TopologyAffinityError struct {
+type AffinityError struct {
 	// Policy is the policy that refused.
 	Policy Policy
 	// Hint is the best merged hint, which the policy did not accept.
-	Hint TopologyHint
+	Hint Hint
 }
 
 // Error implements error.
-func (e *TopologyAffinityError) Error() string { return ErrTopologyAffinity.Error() }
+func (e *AffinityError) Error() string { return ErrTopologyAffinity.Error() }
 
 // Reason returns ReasonTopologyAffinity, for admission results and events.
-func (e *TopologyAffinityError) Reason() string { return ReasonTopologyAffinity }
+func (e *AffinityError) Reason() string { return ReasonTopologyAffinity }
 
 // Is reports whether target is ErrTopologyAffinity.
-func (e *TopologyAffinityError) Is(target error) bool { return target == ErrTopologyAffinity }
+func (e *AffinityError) Is(target error) bool { return target == ErrTopologyAffinity }
 
 // Admit merges the providers' hints with Merge and returns the best hint,
-// or a *TopologyAffinityError if the policy refuses it (errors.Is
+// or an *AffinityError if the policy refuses it (errors.Is
 // ErrTopologyAffinity), or an error wrapping ErrUnknownPolicy.
-func (p Policy) Admit(machineNodes []int, providersHints []map[string][]TopologyHint) (TopologyHint, error) {
+func (p Policy) Admit(machineNodes []int, providersHints []map[string][]Hint) (Hint, error) {
 	if !slices.Contains(Policies, p) {
-		return TopologyHint{}, fmt.Errorf("admitting with topology policy %q: %w", p, ErrUnknownPolicy)
+		return Hint{}, fmt.Errorf("admitting with topology policy %q: %w", p, ErrUnknownPolicy)
 	}
 	best, admit := p.Merge(machineNodes, providersHints)
 	if !admit {
-		return TopologyHint{}, &TopologyAffinityError{Policy: p, Hint: best}
+		return Hint{}, &AffinityError{Policy: p, Hint: best}
 	}
 	return best, nil
 }
@@ -145,11 +145,11 @@ func (p Policy) Admit(machineNodes []int, providersHints []map[string][]Topology
 //     "any".
 //
 // machineNodes must hold at least one node. An unknown Policy refuses.
-func (p Policy) Merge(machineNodes []int, providersHints []map[string][]TopologyHint) (TopologyHint, bool) {
+func (p Policy) Merge(machineNodes []int, providersHints []map[string][]Hint) (Hint, bool) {
 	defaultAffinity := maskOf(machineNodes)
 	switch p {
 	case PolicyNone:
-		return TopologyHint{}, true
+		return Hint{}, true
 	case PolicyBestEffort:
 		best := mergeHints(defaultAffinity, filterProvidersHints(providersHints))
 		return best, true
@@ -163,18 +163,18 @@ func (p Policy) Merge(machineNodes []int, providersHints []map[string][]Topology
 		}
 		return best, best.Preferred
 	default:
-		return TopologyHint{}, false
+		return Hint{}, false
 	}
 }
 
 // filterProvidersHints flattens the providers' hints into one list of
 // candidate hints per resource. Resources are taken in name order, so the
 // result does not depend on map order.
-func filterProvidersHints(providersHints []map[string][]TopologyHint) [][]TopologyHint {
-	var all [][]TopologyHint
+func filterProvidersHints(providersHints []map[string][]Hint) [][]Hint {
+	var all [][]Hint
 	for _, hints := range providersHints {
 		if len(hints) == 0 {
-			all = append(all, []TopologyHint{{Preferred: true}})
+			all = append(all, []Hint{{Preferred: true}})
 			continue
 		}
 		resources := make([]string, 0, len(hints))
@@ -185,9 +185,9 @@ func filterProvidersHints(providersHints []map[string][]TopologyHint) [][]Topolo
 		for _, r := range resources {
 			switch {
 			case hints[r] == nil:
-				all = append(all, []TopologyHint{{Preferred: true}})
+				all = append(all, []Hint{{Preferred: true}})
 			case len(hints[r]) == 0:
-				all = append(all, []TopologyHint{{Preferred: false}})
+				all = append(all, []Hint{{Preferred: false}})
 			default:
 				all = append(all, hints[r])
 			}
@@ -198,10 +198,10 @@ func filterProvidersHints(providersHints []map[string][]TopologyHint) [][]Topolo
 
 // filterSingleNUMAHints keeps the preferred hints that name exactly one node
 // or have no preference.
-func filterSingleNUMAHints(all [][]TopologyHint) [][]TopologyHint {
-	out := make([][]TopologyHint, 0, len(all))
+func filterSingleNUMAHints(all [][]Hint) [][]Hint {
+	out := make([][]Hint, 0, len(all))
 	for _, hints := range all {
-		var kept []TopologyHint
+		var kept []Hint
 		for _, h := range hints {
 			if h.Preferred && h.NUMANodeAffinity.Count() <= 1 {
 				kept = append(kept, h)
@@ -213,7 +213,7 @@ func filterSingleNUMAHints(all [][]TopologyHint) [][]TopologyHint {
 }
 
 // mergePermutation intersects one hint per resource.
-func mergePermutation(defaultAffinity BitMask, permutation []TopologyHint) TopologyHint {
+func mergePermutation(defaultAffinity BitMask, permutation []Hint) Hint {
 	preferred := true
 	merged := defaultAffinity
 	var first BitMask
@@ -232,12 +232,12 @@ func mergePermutation(defaultAffinity BitMask, permutation []TopologyHint) Topol
 			preferred = false
 		}
 	}
-	return TopologyHint{NUMANodeAffinity: merged, Preferred: preferred}
+	return Hint{NUMANodeAffinity: merged, Preferred: preferred}
 }
 
 // narrowestAffinityCount returns the node count of the narrowest hint with
 // an affinity, or 0 if there is none.
-func narrowestAffinityCount(hints []TopologyHint) int {
+func narrowestAffinityCount(hints []Hint) int {
 	var narrowest BitMask
 	for _, h := range hints {
 		if h.NUMANodeAffinity.IsEmpty() {
@@ -254,7 +254,7 @@ func narrowestAffinityCount(hints []TopologyHint) int {
 // resource (the kubelet's HintMerger.Merge without the
 // prefer-closest-numa-nodes option). If no combination leaves a NUMA node,
 // it is all machine nodes, not preferred.
-func mergeHints(defaultAffinity BitMask, all [][]TopologyHint) TopologyHint {
+func mergeHints(defaultAffinity BitMask, all [][]Hint) Hint {
 	// The number of nodes that the resource needing the most nodes needs at
 	// least: the target width among not-preferred merges.
 	bestNonPreferredCount := 0
@@ -262,8 +262,8 @@ func mergeHints(defaultAffinity BitMask, all [][]TopologyHint) TopologyHint {
 		bestNonPreferredCount = max(bestNonPreferredCount, narrowestAffinityCount(hints))
 	}
 
-	best, found := TopologyHint{NUMANodeAffinity: defaultAffinity}, false
-	permutation := make([]TopologyHint, len(all))
+	best, found := Hint{NUMANodeAffinity: defaultAffinity}, false
+	permutation := make([]Hint, len(all))
 	var iterate func(i int)
 	iterate = func(i int) {
 		if i == len(all) {
@@ -287,14 +287,14 @@ func mergeHints(defaultAffinity BitMask, all [][]TopologyHint) TopologyHint {
 
 // narrower reports whether candidate's affinity is narrower than current's
 // (equal affinities keep current).
-func narrower(current, candidate TopologyHint) bool {
+func narrower(current, candidate Hint) bool {
 	return candidate.NUMANodeAffinity != current.NUMANodeAffinity &&
 		!current.NUMANodeAffinity.IsNarrowerThan(candidate.NUMANodeAffinity)
 }
 
 // replaces reports whether candidate is a better merged hint than current,
 // as the kubelet's HintMerger.compare.
-func replaces(bestNonPreferredCount int, current, candidate TopologyHint) bool {
+func replaces(bestNonPreferredCount int, current, candidate Hint) bool {
 	switch {
 	case current.Preferred != candidate.Preferred:
 		return candidate.Preferred

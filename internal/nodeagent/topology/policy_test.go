@@ -63,15 +63,15 @@ func TestParseScope(t *testing.T) {
 }
 
 type mergeResult struct {
-	Hint  TopologyHint
+	Hint  Hint
 	Admit bool
 }
 
 func TestMerge(t *testing.T) {
-	any2 := mergeResult{Hint: TopologyHint{}, Admit: true} // what "none" returns
+	any2 := mergeResult{Hint: Hint{}, Admit: true} // what "none" returns
 	cases := map[string]struct {
 		machine   []int
-		providers []map[string][]TopologyHint
+		providers []map[string][]Hint
 		want      map[Policy]mergeResult
 	}{
 		"no providers": {
@@ -80,32 +80,32 @@ func TestMerge(t *testing.T) {
 				PolicyNone:           any2,
 				PolicyBestEffort:     {hint(t, true, 0, 1), true},
 				PolicyRestricted:     {hint(t, true, 0, 1), true},
-				PolicySingleNUMANode: {TopologyHint{Preferred: true}, true},
+				PolicySingleNUMANode: {Hint{Preferred: true}, true},
 			},
 		},
 		"provider with no hints, resource with nil hints: no preference": {
 			machine:   twoNodes,
-			providers: []map[string][]TopologyHint{{}, {"gpu": nil}},
+			providers: []map[string][]Hint{{}, {"gpu": nil}},
 			want: map[Policy]mergeResult{
 				PolicyNone:           any2,
 				PolicyBestEffort:     {hint(t, true, 0, 1), true},
 				PolicyRestricted:     {hint(t, true, 0, 1), true},
-				PolicySingleNUMANode: {TopologyHint{Preferred: true}, true},
+				PolicySingleNUMANode: {Hint{Preferred: true}, true},
 			},
 		},
 		"resource that cannot be satisfied ([] hints)": {
 			machine:   twoNodes,
-			providers: []map[string][]TopologyHint{{"gpu": {}}},
+			providers: []map[string][]Hint{{"gpu": {}}},
 			want: map[Policy]mergeResult{
 				PolicyNone:           any2,
 				PolicyBestEffort:     {hint(t, false, 0, 1), true},
 				PolicyRestricted:     {hint(t, false, 0, 1), false},
-				PolicySingleNUMANode: {TopologyHint{}, false},
+				PolicySingleNUMANode: {Hint{}, false},
 			},
 		},
 		"two providers, same single-node preferred hint": {
 			machine: twoNodes,
-			providers: []map[string][]TopologyHint{
+			providers: []map[string][]Hint{
 				{"gpu": {hint(t, true, 1)}},
 				{"cpu": {hint(t, true, 1)}},
 			},
@@ -118,7 +118,7 @@ func TestMerge(t *testing.T) {
 		},
 		"narrowest common preferred hint wins": {
 			machine: twoNodes,
-			providers: []map[string][]TopologyHint{
+			providers: []map[string][]Hint{
 				{"gpu": {hint(t, true, 0), hint(t, true, 1), hint(t, false, 0, 1)}},
 				{"cpu": {hint(t, true, 1), hint(t, false, 0, 1)}},
 			},
@@ -131,7 +131,7 @@ func TestMerge(t *testing.T) {
 		},
 		"no common node": {
 			machine: twoNodes,
-			providers: []map[string][]TopologyHint{
+			providers: []map[string][]Hint{
 				{"gpu": {hint(t, true, 0)}},
 				{"cpu": {hint(t, true, 1)}},
 			},
@@ -139,7 +139,7 @@ func TestMerge(t *testing.T) {
 				PolicyNone:           any2,
 				PolicyBestEffort:     {hint(t, false, 0, 1), true},
 				PolicyRestricted:     {hint(t, false, 0, 1), false},
-				PolicySingleNUMANode: {TopologyHint{}, false},
+				PolicySingleNUMANode: {Hint{}, false},
 			},
 		},
 		// A wider preferred merge beats a narrower non-preferred one; but
@@ -147,7 +147,7 @@ func TestMerge(t *testing.T) {
 		// has nothing left for gpu.
 		"wider preferred hint beats narrower non-preferred": {
 			machine: twoNodes,
-			providers: []map[string][]TopologyHint{
+			providers: []map[string][]Hint{
 				{"gpu": {hint(t, false, 0), hint(t, true, 0, 1)}},
 				{"cpu": {hint(t, true, 0, 1)}},
 			},
@@ -155,7 +155,7 @@ func TestMerge(t *testing.T) {
 				PolicyNone:           any2,
 				PolicyBestEffort:     {hint(t, true, 0, 1), true},
 				PolicyRestricted:     {hint(t, true, 0, 1), true},
-				PolicySingleNUMANode: {TopologyHint{}, false},
+				PolicySingleNUMANode: {Hint{}, false},
 			},
 		},
 		// The device's only hint spans both nodes (forced cross-NUMA): among
@@ -163,7 +163,7 @@ func TestMerge(t *testing.T) {
 		// is chosen over the narrower {0}.
 		"forced cross-NUMA device": {
 			machine: twoNodes,
-			providers: []map[string][]TopologyHint{
+			providers: []map[string][]Hint{
 				{"gpu": {hint(t, false, 0, 1)}},
 				{"cpu": {hint(t, true, 0), hint(t, false, 0, 1)}},
 			},
@@ -171,37 +171,37 @@ func TestMerge(t *testing.T) {
 				PolicyNone:           any2,
 				PolicyBestEffort:     {hint(t, false, 0, 1), true},
 				PolicyRestricted:     {hint(t, false, 0, 1), false},
-				PolicySingleNUMANode: {TopologyHint{}, false},
+				PolicySingleNUMANode: {Hint{}, false},
 			},
 		},
 		// Different preferred masks of one provider are not "equal": the
 		// merge of {0,1} and {0} is {0}, but not preferred.
 		"merged preferred only if all masks are equal": {
 			machine: twoNodes,
-			providers: []map[string][]TopologyHint{
+			providers: []map[string][]Hint{
 				{"gpu": {hint(t, true, 0, 1)}, "nic": {hint(t, true, 0)}},
 			},
 			want: map[Policy]mergeResult{
 				PolicyNone:           any2,
 				PolicyBestEffort:     {hint(t, false, 0), true},
 				PolicyRestricted:     {hint(t, false, 0), false},
-				PolicySingleNUMANode: {TopologyHint{}, false},
+				PolicySingleNUMANode: {Hint{}, false},
 			},
 		},
 		// On a one-node machine the only node is "any" for single-numa-node.
 		"single node machine": {
 			machine:   []int{0},
-			providers: []map[string][]TopologyHint{{"gpu": {hint(t, true, 0)}}},
+			providers: []map[string][]Hint{{"gpu": {hint(t, true, 0)}}},
 			want: map[Policy]mergeResult{
 				PolicyNone:           any2,
 				PolicyBestEffort:     {hint(t, true, 0), true},
 				PolicyRestricted:     {hint(t, true, 0), true},
-				PolicySingleNUMANode: {TopologyHint{Preferred: true}, true},
+				PolicySingleNUMANode: {Hint{Preferred: true}, true},
 			},
 		},
 		"sparse machine nodes": {
 			machine: []int{3, 7},
-			providers: []map[string][]TopologyHint{
+			providers: []map[string][]Hint{
 				{"gpu": {hint(t, true, 7), hint(t, false, 3, 7)}},
 				{"cpu": {hint(t, true, 3), hint(t, true, 7), hint(t, false, 3, 7)}},
 			},
@@ -227,27 +227,27 @@ func TestMerge(t *testing.T) {
 
 func TestMergeUnknownPolicyRefuses(t *testing.T) {
 	best, admit := Policy("bogus").Merge(twoNodes, nil)
-	if admit || best != (TopologyHint{}) {
+	if admit || best != (Hint{}) {
 		t.Errorf("Merge() with an unknown policy = %v, %t, want refusal", best, admit)
 	}
 }
 
 func TestAdmit(t *testing.T) {
-	crossNUMA := []map[string][]TopologyHint{
+	crossNUMA := []map[string][]Hint{
 		{"gpu": {hint(t, false, 0, 1)}},
 		{"cpu": {hint(t, true, 0), hint(t, false, 0, 1)}},
 	}
-	aligned := []map[string][]TopologyHint{{"gpu": {hint(t, true, 1)}}}
+	aligned := []map[string][]Hint{{"gpu": {hint(t, true, 1)}}}
 
 	for _, p := range []Policy{PolicyRestricted, PolicySingleNUMANode} {
 		got, err := p.Admit(twoNodes, crossNUMA)
-		if got != (TopologyHint{}) {
+		if got != (Hint{}) {
 			t.Errorf("%s.Admit() refused but returned hint %v", p, got)
 		}
 		if !errors.Is(err, ErrTopologyAffinity) {
 			t.Fatalf("%s.Admit() = %v, want ErrTopologyAffinity", p, err)
 		}
-		var terr *TopologyAffinityError
+		var terr *AffinityError
 		if !errors.As(err, &terr) {
 			t.Fatalf("%s.Admit() = %T, want *TopologyAffinityError", p, err)
 		}
@@ -261,7 +261,7 @@ func TestAdmit(t *testing.T) {
 			t.Errorf("error Policy = %q, want %q", terr.Policy, p)
 		}
 	}
-	if terr := new(TopologyAffinityError); !errors.As(func() error { _, err := PolicyRestricted.Admit(twoNodes, crossNUMA); return err }(), &terr) || terr.Hint != hint(t, false, 0, 1) {
+	if terr := new(AffinityError); !errors.As(func() error { _, err := PolicyRestricted.Admit(twoNodes, crossNUMA); return err }(), &terr) || terr.Hint != hint(t, false, 0, 1) {
 		t.Errorf("restricted refusal should carry the merged hint {0,1}, got %+v", terr)
 	}
 
@@ -288,25 +288,25 @@ func TestFilteredDeviceHintsMergeWithOtherProviders(t *testing.T) {
 	cases := map[string]struct {
 		machine []int
 		device  DeviceNodes
-		other   []TopologyHint
+		other   []Hint
 		want    BitMask
 	}{
 		"device on node 0": {
 			machine: twoNodes,
 			device:  DeviceNodes{"gpu0": {0}},
-			other:   []TopologyHint{hint(t, true, 0), hint(t, false, 0, 1)},
+			other:   []Hint{hint(t, true, 0), hint(t, false, 0, 1)},
 			want:    mask(t, 0),
 		},
 		"device on non-zero node only": {
 			machine: twoNodes,
 			device:  DeviceNodes{"gpu0": {1}},
-			other:   []TopologyHint{hint(t, true, 1), hint(t, false, 0, 1)},
+			other:   []Hint{hint(t, true, 1), hint(t, false, 0, 1)},
 			want:    mask(t, 1),
 		},
 		"high NUMA node IDs without node 0": {
 			machine: []int{3, 7},
 			device:  DeviceNodes{"gpu0": {7}},
-			other:   []TopologyHint{hint(t, true, 7), hint(t, false, 3, 7)},
+			other:   []Hint{hint(t, true, 7), hint(t, false, 3, 7)},
 			want:    mask(t, 7),
 		},
 	}
@@ -314,7 +314,7 @@ func TestFilteredDeviceHintsMergeWithOtherProviders(t *testing.T) {
 		for _, p := range []Policy{PolicyBestEffort, PolicyRestricted} {
 			t.Run(name+"/"+string(p), func(t *testing.T) {
 				deviceHints := GenerateDeviceHints(tc.machine, tc.device, sets.New("gpu0"), nil, 1)
-				providers := []map[string][]TopologyHint{
+				providers := []map[string][]Hint{
 					{"gpu": deviceHints},
 					{"cpu": tc.other},
 					{"memory": tc.other},
@@ -323,7 +323,7 @@ func TestFilteredDeviceHintsMergeWithOtherProviders(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Admit() = %v, want admitted", err)
 				}
-				if diff := cmp.Diff(TopologyHint{NUMANodeAffinity: tc.want, Preferred: true}, got); diff != "" {
+				if diff := cmp.Diff(Hint{NUMANodeAffinity: tc.want, Preferred: true}, got); diff != "" {
 					t.Errorf("Admit() mismatch (-want +got):\n%s", diff)
 				}
 			})
@@ -363,17 +363,17 @@ func TestMergeMatchesKubelet(t *testing.T) {
 		t.Fatalf("only %d recorded cases", len(cases))
 	}
 	for i, tc := range cases {
-		var providers []map[string][]TopologyHint
+		var providers []map[string][]Hint
 		for _, jp := range tc.Providers {
-			p := map[string][]TopologyHint{}
+			p := map[string][]Hint{}
 			for r, jhints := range jp {
 				if jhints == nil {
 					p[r] = nil
 					continue
 				}
-				p[r] = []TopologyHint{}
+				p[r] = []Hint{}
 				for _, h := range *jhints {
-					p[r] = append(p[r], TopologyHint{NUMANodeAffinity: mask(t, h.Nodes...), Preferred: h.Preferred})
+					p[r] = append(p[r], Hint{NUMANodeAffinity: mask(t, h.Nodes...), Preferred: h.Preferred})
 				}
 			}
 			providers = append(providers, p)
@@ -385,7 +385,7 @@ func TestMergeMatchesKubelet(t *testing.T) {
 			}
 			best, admit := p.Merge(tc.MachineNodes, providers)
 			got := mergeResult{best, admit}
-			exp := mergeResult{TopologyHint{NUMANodeAffinity: mask(t, want.Nodes...), Preferred: want.Preferred}, want.Admit}
+			exp := mergeResult{Hint{NUMANodeAffinity: mask(t, want.Nodes...), Preferred: want.Preferred}, want.Admit}
 			if diff := cmp.Diff(exp, got); diff != "" {
 				t.Errorf("case %d (%s): machine %v, providers %s: mismatch with the kubelet (-want +got):\n%s",
 					i, p, tc.MachineNodes, fmt.Sprint(providers), diff)
