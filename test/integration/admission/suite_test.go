@@ -4,12 +4,7 @@
 package admission
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -93,22 +87,7 @@ func (ginkgoNRILogger) Errorf(_ context.Context, format string, args ...any) {
 // repository root.
 func loadManifests(paths ...string) []*unstructured.Unstructured {
 	GinkgoHelper()
-	var objs []*unstructured.Unstructured
-	for _, p := range paths {
-		data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), p))
-		Expect(err).NotTo(HaveOccurred())
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			err := dec.Decode(&u.Object)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			Expect(err).NotTo(HaveOccurred(), p)
-			if len(u.Object) > 0 {
-				objs = append(objs, u)
-			}
-		}
-	}
+	objs, err := testutil.LoadManifests(paths...)
+	Expect(err).NotTo(HaveOccurred())
 	return objs
 }

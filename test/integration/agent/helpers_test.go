@@ -1,10 +1,7 @@
 package agent
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/ptr"
@@ -377,22 +373,7 @@ func (n *nodeAgent) settle() int {
 // repository root.
 func loadManifests(paths ...string) []*unstructured.Unstructured {
 	GinkgoHelper()
-	var objs []*unstructured.Unstructured
-	for _, p := range paths {
-		data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), p))
-		Expect(err).NotTo(HaveOccurred())
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			err := dec.Decode(&u.Object)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			Expect(err).NotTo(HaveOccurred(), p)
-			if len(u.Object) > 0 {
-				objs = append(objs, u)
-			}
-		}
-	}
+	objs, err := testutil.LoadManifests(paths...)
+	Expect(err).NotTo(HaveOccurred())
 	return objs
 }

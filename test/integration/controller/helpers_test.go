@@ -1,12 +1,7 @@
 package controller
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -21,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -299,22 +293,7 @@ func eventsFor(uid types.UID) func() ([]eventsv1.Event, error) {
 // repository root.
 func loadManifests(paths ...string) []*unstructured.Unstructured {
 	GinkgoHelper()
-	var objs []*unstructured.Unstructured
-	for _, p := range paths {
-		data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), p))
-		Expect(err).NotTo(HaveOccurred())
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			err := dec.Decode(&u.Object)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			Expect(err).NotTo(HaveOccurred(), p)
-			if len(u.Object) > 0 {
-				objs = append(objs, u)
-			}
-		}
-	}
+	objs, err := testutil.LoadManifests(paths...)
+	Expect(err).NotTo(HaveOccurred())
 	return objs
 }
