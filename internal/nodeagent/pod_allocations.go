@@ -40,10 +40,13 @@ func (m *Manager) PodAllocation(podUID string) (PodAllocation, bool) {
 func (m *Manager) podAllocationsLocked(uid string) []PodAllocation {
 	var out []PodAllocation
 	// Entries are sorted by pod UID, container and resource.
-	for _, e := range m.pods.Entries() {
-		if uid != "" && e.PodUID != uid {
-			continue
-		}
+	var entries []poddevices.Entry
+	if uid == "" {
+		entries = m.pods.Entries()
+	} else {
+		entries = m.pods.PodEntries(uid)
+	}
+	for _, e := range entries {
 		if len(out) == 0 || out[len(out)-1].PodUID != e.PodUID {
 			out = append(out, PodAllocation{PodUID: e.PodUID, Namespace: e.PodNamespace, Name: e.PodName})
 		}

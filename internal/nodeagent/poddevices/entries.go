@@ -38,27 +38,50 @@ type Entry struct {
 func (s *Store) Entries() []Entry {
 	var out []Entry
 	for uid, p := range s.pods {
-		for container, resources := range p.containers {
-			for resource, a := range resources {
-				if a.committed == nil {
-					continue
-				}
-				perNUMA := make(map[int64][]string, len(a.committed.devicesPerNUMA))
-				for node, ids := range a.committed.devicesPerNUMA {
-					perNUMA[node] = slices.Clone(ids)
-				}
-				out = append(out, Entry{
-					PodUID:        uid,
-					PodNamespace:  p.namespace,
-					PodName:       p.name,
-					ContainerName: container,
-					ResourceName:  resource,
-					DeviceIDs:     perNUMA,
-					AllocResp:     slices.Clone(a.committed.raw),
-				})
+		out = p.appendEntries(out, uid)
+	}
+	sortEntries(out)
+	return out
+}
+
+// PodEntries returns the committed entries of one pod, sorted by container and resource: what
+// Entries returns for that pod, at the cost of that pod alone.
+func (s *Store) PodEntries(podUID string) []Entry {
+	p := s.pods[podUID]
+	if p == nil {
+		return nil
+	}
+	out := p.appendEntries(nil, podUID)
+	sortEntries(out)
+	return out
+}
+
+// appendEntries appends copies of the pod's committed allocations to out.
+func (p *podState) appendEntries(out []Entry, uid string) []Entry {
+	for container, resources := range p.containers {
+		for resource, a := range resources {
+			if a.committed == nil {
+				continue
 			}
+			perNUMA := make(map[int64][]string, len(a.committed.devicesPerNUMA))
+			for node, ids := range a.committed.devicesPerNUMA {
+				perNUMA[node] = slices.Clone(ids)
+			}
+			out = append(out, Entry{
+				PodUID:        uid,
+				PodNamespace:  p.namespace,
+				PodName:       p.name,
+				ContainerName: container,
+				ResourceName:  resource,
+				DeviceIDs:     perNUMA,
+				AllocResp:     slices.Clone(a.committed.raw),
+			})
 		}
 	}
+	return out
+}
+
+func sortEntries(out []Entry) {
 	slices.SortFunc(out, func(x, y Entry) int {
 		return cmp.Or(
 			cmp.Compare(x.PodUID, y.PodUID),
@@ -66,7 +89,6 @@ func (s *Store) Entries() []Entry {
 			cmp.Compare(x.ResourceName, y.ResourceName),
 		)
 	})
-	return out
 }
 
 // FromEntries adds the given entries to the Store as committed allocations, as after a restart

@@ -249,3 +249,35 @@ func TestFromEntriesRecordsThePod(t *testing.T) {
 		t.Errorf("Entries = %+v, want pod team-a/trainer", got)
 	}
 }
+
+// PodEntries is Entries restricted to one pod.
+func TestPodEntries(t *testing.T) {
+	s := New()
+	for _, pod := range []string{"uid-a", "uid-b"} {
+		for _, c := range []string{"c2", "c1"} {
+			id := pod + "-" + c
+			if err := s.Reserve(pod, c, "example.com/gopher", id); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Commit(PodRef{UID: pod, Namespace: "ns", Name: pod}, c, "example.com/gopher",
+				map[int64][]string{NodeWithoutTopology: {id}}, &pluginapi.ContainerAllocateResponse{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var want []Entry
+	for _, e := range s.Entries() {
+		if e.PodUID == "uid-b" {
+			want = append(want, e)
+		}
+	}
+	if len(want) != 2 {
+		t.Fatalf("Entries has %d entries of uid-b, want 2", len(want))
+	}
+	if diff := cmp.Diff(want, s.PodEntries("uid-b")); diff != "" {
+		t.Errorf("PodEntries(uid-b) (-want +got):\n%s", diff)
+	}
+	if got := s.PodEntries("uid-unknown"); got != nil {
+		t.Errorf("PodEntries of an unknown pod = %v, want nil", got)
+	}
+}
