@@ -29,8 +29,8 @@ type DeviceManager interface {
 	AllocatePod(ctx context.Context, pod *corev1.Pod) error
 	GetDeviceRunContainerOptions(ctx context.Context, pod *corev1.Pod, container *corev1.Container) (*poddevices.RunContainerOptions, error)
 	UpdateAllocatedDevices(ctx context.Context, activePods []*corev1.Pod) error
-	PodAllocations() []nodeagent.PodAllocation
 	PodAllocation(podUID string) (nodeagent.PodAllocation, bool)
+	PodsHolding(namespace, name string) []string
 }
 
 var _ DeviceManager = (*nodeagent.Manager)(nil)

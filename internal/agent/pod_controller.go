@@ -308,8 +308,8 @@ func (r *podReconciler) release(ctx context.Context, cached *kdv1alpha1.DeviceAl
 // holdsStale reports whether the core holds devices for a pod of this name that is not the
 // active pod: one that ended, disappeared, or was replaced by a pod of the same name.
 func (r *podReconciler) holdsStale(key types.NamespacedName, pod *corev1.Pod, active bool) bool {
-	for _, pa := range r.dm.PodAllocations() {
-		if pa.Namespace == key.Namespace && pa.Name == key.Name && (!active || pa.PodUID != string(pod.UID)) {
+	for _, uid := range r.dm.PodsHolding(key.Namespace, key.Name) {
+		if !active || uid != string(pod.UID) {
 			return true
 		}
 	}

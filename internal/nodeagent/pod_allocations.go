@@ -35,6 +35,23 @@ func (m *Manager) PodAllocation(podUID string) (PodAllocation, bool) {
 	return out[0], true
 }
 
+// PodsHolding returns the UIDs, sorted, of the pods named namespace/name that
+// hold committed devices: more than one when a pod was replaced by another of
+// the same name before the first one's devices were freed. It costs a walk
+// of the pods' names, not PodAllocations' copies and merges.
+func (m *Manager) PodsHolding(namespace, name string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var uids []string
+	for uid, ref := range m.podRefs {
+		if ref.Namespace == namespace && ref.Name == name && m.pods.HasPod(uid) {
+			uids = append(uids, uid)
+		}
+	}
+	slices.Sort(uids)
+	return uids
+}
+
 // podAllocationsLocked builds the allocations of every pod, or only of pod
 // uid when it is not empty.
 func (m *Manager) podAllocationsLocked(uid string) []PodAllocation {

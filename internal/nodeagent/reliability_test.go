@@ -224,6 +224,12 @@ func TestSnapshotHoldersAndPodAllocations(t *testing.T) {
 	if _, ok := tm.PodAllocation("uid-none"); ok {
 		t.Error("PodAllocation of an unknown pod")
 	}
+	if diff := cmp.Diff([]string{"uid-b"}, tm.PodsHolding("ns1", "b")); diff != "" {
+		t.Errorf("PodsHolding(ns1, b) (-want +got):\n%s", diff)
+	}
+	if got := tm.PodsHolding("ns2", "b"); got != nil {
+		t.Errorf("PodsHolding(ns2, b) = %v, want none", got)
+	}
 
 	// Freed pods lose their holders, and subscribers hear of it.
 	sub := tm.Subscribe()
@@ -237,5 +243,8 @@ func TestSnapshotHoldersAndPodAllocations(t *testing.T) {
 	}
 	if snap, _ := tm.Snapshot(res1); snap.Allocated != 1 || snap.Devices[0].Holder != nil {
 		t.Errorf("after freeing b: %+v", snap)
+	}
+	if got := tm.PodsHolding("ns1", "b"); got != nil {
+		t.Errorf("PodsHolding(ns1, b) after freeing b = %v, want none", got)
 	}
 }
