@@ -4,6 +4,7 @@
 #   - containerd, containerd-shim-runc-v2 and ctr v2.4.2 (go install) into bin/node
 #   - kubelet, kube-controller-manager and kubectl from k8s.io/kubernetes (hack/build-control-plane.sh),
 #     with etcd, kube-apiserver and kube-scheduler, into bin/k8s
+#   - helm into bin (make helm, at the Makefile's pinned version), for the suite's Helm install
 #   - the image builder hack/e2e-node/mkimage and the pause binary into bin/node
 # Idempotent: what is present at the wanted version is skipped. Needs root (apt-get).
 set -euo pipefail
@@ -61,6 +62,11 @@ timed "containerd"
 # --- Kubernetes ---------------------------------------------------------------------------------
 "${ROOT}/hack/build-control-plane.sh" etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl
 timed "Kubernetes components"
+
+# --- helm ---------------------------------------------------------------------------------------
+# The suite installs kubedevice with the chart too; the Makefile pins helm's version.
+make -C "${ROOT}" --no-print-directory helm
+timed "helm"
 
 # --- image builder and pause --------------------------------------------------------------------
 log "building the image builder and the pause binary"
