@@ -30,7 +30,12 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 )
 
@@ -114,6 +119,16 @@ func (b *podBuilder) HostPathFile(volume, hostPath, mountPath string) *podBuilde
 	return b
 }
 
+// Limits asks for quantity of resource (an extended resource: the request is the limit).
+func (b *podBuilder) Limits(name string, quantity int64) *podBuilder {
+	c := &b.pod.Spec.Containers[0]
+	if c.Resources.Limits == nil {
+		c.Resources.Limits = corev1.ResourceList{}
+	}
+	c.Resources.Limits[corev1.ResourceName(name)] = *resource.NewQuantity(quantity, resource.DecimalSI)
+	return b
+}
+
 func (b *podBuilder) RestartNever() *podBuilder {
 	b.pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	return b
@@ -170,4 +185,106 @@ func describeStatus(pod *corev1.Pod) string {
 		}
 	}
 	return fmt.Sprintf("phase %s, %s", pod.Status.Phase, strings.Join(parts, "; "))
+}
+
+// running: the pod's phase is Running and all its containers run.
+func running(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodRunning || len(pod.Status.ContainerStatuses) != len(pod.Spec.Containers) {
+		return false
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// podTimes are the moments the suite saw a pod bound to the node and running.
+type podTimes struct {
+	bound, running time.Time
+	pod            *corev1.Pod
+}
+
+// watchUntilRunning watches the pod until all its containers run and returns when it first saw
+// it bound and running (watch events, not polls: the moments are those of the API server's
+// notifications). A pod that is already bound when the watch starts is seen bound then.
+func watchUntilRunning(ctx context.Context, namespace, name string, timeout time.Duration) podTimes {
+	return startWatchingPod(ctx, namespace, name, timeout)()
+}
+
+// startWatchingPod starts watching the pod, returns once the watch has seen the pod's current
+// state (or its absence), and returns the function that waits until the pod runs, as
+// watchUntilRunning does. Start it before what should make the pod run, to see every change.
+func startWatchingPod(ctx context.Context, namespace, name string, timeout time.Duration) func() podTimes {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	var (
+		t      podTimes
+		err    error
+		synced = make(chan struct{})
+		done   = make(chan struct{})
+	)
+	lw := cache.NewListWatchFromClient(clientset.CoreV1().RESTClient(), "pods", namespace, fields.OneTermEqualSelector("metadata.name", name))
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		_, err = watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, func(cache.Store) (bool, error) {
+			close(synced)
+			return false, nil
+		}, func(ev watch.Event) (bool, error) {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				return false, nil
+			}
+			now := time.Now()
+			t.pod = pod
+			if ev.Type == watch.Deleted {
+				return false, fmt.Errorf("pod %s/%s was deleted", namespace, name)
+			}
+			if t.bound.IsZero() && pod.Spec.NodeName != "" {
+				t.bound = now
+			}
+			if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+				return false, fmt.Errorf("pod %s/%s ended: %s", namespace, name, describeStatus(pod))
+			}
+			if running(pod) {
+				t.running = now
+				return true, nil
+			}
+			return false, nil
+		})
+	}()
+	select {
+	case <-synced:
+	case <-done:
+		cancel()
+		Expect(err).NotTo(HaveOccurred(), "watching pod %s/%s", namespace, name)
+	}
+	return func() podTimes {
+		defer cancel()
+		<-done
+		status := "never seen"
+		if t.pod != nil {
+			status = describeStatus(t.pod)
+		}
+		Expect(err).NotTo(HaveOccurred(), "waiting for pod %s/%s to run: %s", namespace, name, status)
+		return t
+	}
+}
+
+// execIn runs a command in the pod's first container with kubectl exec and returns its output.
+func execIn(ctx context.Context, namespace, pod string, command ...string) (string, error) {
+	return kubectl(ctx, append([]string{"exec", "-n", namespace, pod, "--"}, command...)...)
+}
+
+// timingPrefix marks the report entries that are the scenario's timings; the suite's report ends
+// with a table of them.
+const timingPrefix = "timing: "
+
+// recordTiming reports how long something took: in the spec's report and in the suite's closing
+// table.
+func recordTiming(what string, d time.Duration) {
+	d = d.Round(time.Millisecond)
+	GinkgoWriter.Printf("%s%s: %s\n", timingPrefix, what, d)
+	AddReportEntry(timingPrefix+what, d)
 }

@@ -24,8 +24,10 @@ package e2enode
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,8 +35,13 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 )
 
 var (
@@ -42,14 +49,22 @@ var (
 	kubeconfig string
 	// kubectlPath is the kubectl built from source ($E2E_KUBECTL, else bin/k8s/kubectl).
 	kubectlPath string
-	// image is the image up.sh imported: busybox, /pause and the project's binaries.
+	// helmPath is the pinned helm that `make helm` installs ($E2E_HELM, else bin/helm).
+	helmPath string
+	// repoRoot is the repository: the binaries, config/, charts/ and hack/e2e-node/ are there.
+	repoRoot string
+	// image is the node's image: busybox and /pause as up.sh imports it, and the kubedevice
+	// binaries once the kubedevice specs have built them (buildImage).
 	image string
 	// nriSocket is containerd's NRI socket, where kubedevice connects as an NRI plugin.
 	nriSocket string
 	// kubectlCacheDir keeps kubectl's discovery cache out of ~/.kube for the suite's run.
 	kubectlCacheDir string
+	// clientset talks to the cluster as its admin.
 	clientset kubernetes.Interface
-	node      *corev1.Node
+	// kd reads and watches kubedevice's objects (and the built-in ones) with their Go types.
+	kd   client.WithWatch
+	node *corev1.Node
 )
 
 func TestE2ENode(t *testing.T) {
@@ -67,11 +82,16 @@ func envOr(key, fallback string) string {
 var _ = BeforeSuite(func(ctx context.Context) {
 	SetDefaultEventuallyTimeout(90 * time.Second)
 	SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+	// Eventually(ctx, ...) gives up after the default timeout too, not only when the spec's
+	// context ends: a failure then says what it waited for.
+	EnforceDefaultTimeoutsWhenUsingContexts()
 
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	Expect(err).NotTo(HaveOccurred())
+	repoRoot = root
 	kubeconfig = envOr("KUBECONFIG", filepath.Join(root, "bin", "e2e-node", "kubeconfig"))
 	kubectlPath = envOr("E2E_KUBECTL", filepath.Join(root, "bin", "k8s", "kubectl"))
+	helmPath = envOr("E2E_HELM", filepath.Join(root, "bin", "helm"))
 	image = envOr("E2E_IMAGE", "docker.io/local/kubedevice:e2e")
 	nriSocket = envOr("E2E_NRI_SOCKET", "/var/run/nri/nri.sock")
 	Expect(kubeconfig).To(BeAnExistingFile(), "no cluster: run hack/e2e-node/up.sh (or make e2e-node-up) first")
@@ -81,6 +101,11 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
 	clientset, err = kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	scheme := runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(kdv1alpha1.AddToScheme(scheme)).To(Succeed())
+	kd, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
 	nodes, err := clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -98,3 +123,18 @@ func isReady(n *corev1.Node) bool {
 	}
 	return false
 }
+
+// The suite's timings (recordTiming), in the order they were taken, after all specs.
+var _ = ReportAfterSuite("timings", func(report Report) {
+	var lines []string
+	for _, spec := range report.SpecReports {
+		for _, e := range spec.ReportEntries {
+			if name, ok := strings.CutPrefix(e.Name, timingPrefix); ok {
+				lines = append(lines, fmt.Sprintf("  %-70s %s", name, e.StringRepresentation()))
+			}
+		}
+	}
+	if len(lines) > 0 {
+		fmt.Printf("\nTimings of the real-node scenario:\n%s\n", strings.Join(lines, "\n"))
+	}
+})
