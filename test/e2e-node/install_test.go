@@ -275,6 +275,16 @@ func uninstall(ctx context.Context, label string) {
 			_, err := clientset.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s: %v", ns, err)
 		}
+		// After an install (not what an interrupted run left), the controller zeroed the node's
+		// gophers before it let the NodeDevice go: no pod is scheduled for a gopher that nothing
+		// would deliver.
+		n, err := clientset.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, list := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+			if q, ok := list[gopherResource]; ok && label != "" {
+				g.Expect(q.IsZero()).To(BeTrue(), "the node still offers %s %s", q.String(), gopherResource)
+			}
+		}
 		policies, err := clientset.AdmissionregistrationV1().MutatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 		for _, p := range policies.Items {
