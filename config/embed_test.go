@@ -18,7 +18,9 @@ func TestEmbeddedManifests(t *testing.T) {
 		},
 		"admission policies, without the kustomization": {
 			read: AdmissionPolicies,
-			want: []string{"admission/agent_node_restriction.yaml", "admission/controller_node_status.yaml"},
+			want: []string{"admission/agent_node_restriction.yaml", "admission/controller_node_status.yaml",
+				"admission/pod_injection_gate.yaml",
+				"admission/pod_injection_gate_params.yaml"},
 		},
 	}
 	for name, tc := range tests {
