@@ -145,43 +145,14 @@ func (m *Manager) persistLogged(logger klog.Logger) {
 // kubelet records the healthy ones only and rewrites on every health
 // change; the IDs serve only to restore the resource).
 func (m *Manager) checkpointStateLocked() checkpoint.State {
-	entries := m.pods.Entries()
 	state := checkpoint.State{
-		Entries:           make([]checkpoint.Entry, 0, len(entries)),
+		Entries:           m.pods.Entries(),
 		RegisteredDevices: make(map[string][]string, len(m.resources)),
-	}
-	for _, e := range entries {
-		state.Entries = append(state.Entries, checkpoint.Entry{
-			PodUID:        e.PodUID,
-			PodNamespace:  e.PodNamespace,
-			PodName:       e.PodName,
-			ContainerName: e.ContainerName,
-			ResourceName:  e.ResourceName,
-			DeviceIDs:     e.DeviceIDs,
-			AllocResp:     e.AllocResp,
-		})
 	}
 	for name, r := range m.resources {
 		state.RegisteredDevices[name] = sets.List(r.registeredIDs())
 	}
 	return state
-}
-
-// storeEntries converts checkpoint entries for the poddevices Store.
-func storeEntries(in []checkpoint.Entry) []poddevices.Entry {
-	out := make([]poddevices.Entry, 0, len(in))
-	for _, e := range in {
-		out = append(out, poddevices.Entry{
-			PodUID:        e.PodUID,
-			PodNamespace:  e.PodNamespace,
-			PodName:       e.PodName,
-			ContainerName: e.ContainerName,
-			ResourceName:  e.ResourceName,
-			DeviceIDs:     e.DeviceIDs,
-			AllocResp:     e.AllocResp,
-		})
-	}
-	return out
 }
 
 // restoreEntriesLocked adds entries to the committed state and returns those
@@ -265,7 +236,7 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 	}
 
 	m.mu.Lock()
-	restored, ferr := m.restoreEntriesLocked(storeEntries(cp.State.Entries))
+	restored, ferr := m.restoreEntriesLocked(cp.State.Entries)
 	if allStale {
 		stale = restored
 	}
@@ -303,7 +274,7 @@ func (m *Manager) readStaleMarks(logger klog.Logger, staleStore *checkpoint.Stor
 		logger.Error(err, "Reading the list of allocations to run Allocate for again; doing it for every restored allocation")
 		return nil, true
 	}
-	return storeEntries(cp.State.Entries), false
+	return cp.State.Entries, false
 }
 
 // persistStaleLogged writes the reallocation file: the allocations restored
@@ -519,7 +490,7 @@ func (m *Manager) ImportKubeletCheckpoint(path string) error {
 	}
 	m.mu.Lock()
 	m.restored = true
-	restored, ferr := m.restoreEntriesLocked(storeEntries(state.Entries))
+	restored, ferr := m.restoreEntriesLocked(state.Entries)
 	m.mu.Unlock()
 	m.RestoreRegisteredResources(state.RegisteredDevices)
 	werr := m.persist()

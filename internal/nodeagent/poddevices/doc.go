@@ -16,6 +16,7 @@
 //     conflicts are returned to the caller instead of logged.
 //
 // The Store is deliberately a plain data structure: it makes no RPC, writes no file and logs
-// nothing. The device manager holds it under its own mutex, converts Entry values to and from
-// its checkpoint format, and logs or reports the errors and conflicts the Store returns.
+// nothing. The device manager holds it under its own mutex, persists its Entries (the checkpoint's
+// entry type) and restores them with FromEntries, and logs or reports the errors and conflicts the
+// Store returns.
 package poddevices

@@ -9,26 +9,15 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
 )
 
-// Entry is one committed allocation in a form fit for persisting: what one container of one pod
-// holds of one resource. The device manager converts it to and from its checkpoint format.
-type Entry struct {
-	// PodUID is the pod's UID.
-	PodUID string
-	// PodNamespace is the pod's namespace.
-	PodNamespace string
-	// PodName is the pod's name.
-	PodName string
-	// ContainerName is the container's name.
-	ContainerName string
-	// ResourceName is the extended resource name.
-	ResourceName string
-	// DeviceIDs maps a NUMA node (NodeWithoutTopology for none) to the device IDs on it.
-	DeviceIDs map[int64][]string
-	// AllocResp is the plugin's ContainerAllocateResponse in protobuf wire encoding.
-	AllocResp []byte
-}
+// Entry is one committed allocation in the form the checkpoint persists: what one container of
+// one pod holds of one resource (DeviceIDs maps a NUMA node, NodeWithoutTopology for none, to the
+// device IDs on it; AllocResp is the plugin's ContainerAllocateResponse in protobuf wire encoding).
+// It is the checkpoint's own entry type, so committed state is persisted and restored as is.
+type Entry = checkpoint.Entry
 
 // Entries returns every committed allocation, sorted by pod UID, container name and resource
 // name, for the checkpoint. In-flight reservations are not included: a reservation is never
