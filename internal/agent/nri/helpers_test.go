@@ -48,6 +48,16 @@ func createContainer(rt *nritest.Runtime, pod *api.PodSandbox, container string)
 	return rt.CreateContainer(ctx, pod, container)
 }
 
+// waitForPlugins waits until the runtime lists n plugins, so CreateContainer reaches them.
+func waitForPlugins(t testing.TB, rt *nritest.Runtime, n int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rt.WaitForPlugins(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // startRunner runs a runner for index on socket with short retry delays until the test ends.
 func startRunner(t testing.TB, socket string, index *Index, pods PodChecker) *Runner {
 	t.Helper()

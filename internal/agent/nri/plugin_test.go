@@ -71,6 +71,8 @@ func TestCreateContainerThroughNRI(t *testing.T) {
 	pods := &fakePods{needs: map[string]bool{"uncached-needs": true}}
 	runner := startRunner(t, socket, index, pods)
 	waitFor(t, "the plugin to connect", func() bool { return runner.Status().State == StateConnected })
+	waitForPlugins(t, rt, 1)
+	required := map[string]string{RequiredPluginsAnnotation: `["kubedevice"]`}
 
 	null := devNull(t)
 	nullDevice := func(path string) *api.LinuxDevice {
@@ -79,7 +81,6 @@ func TestCreateContainerThroughNRI(t *testing.T) {
 	nullRule := func(allow bool, access string) *api.LinuxDeviceCgroup {
 		return &api.LinuxDeviceCgroup{Allow: allow, Type: "c", Major: api.Int64(1), Minor: api.Int64(3), Access: access}
 	}
-	required := map[string]string{RequiredPluginsAnnotation: `["kubedevice"]`}
 
 	for _, tc := range []struct {
 		name      string
@@ -212,6 +213,7 @@ func TestRunnerReconnects(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "the plugin to reconnect", func() bool { return runner.Status().State == StateConnected })
+		waitForPlugins(t, rt, 1)
 		waitFor(t, "the restarted runtime to get the devices", injects)
 		t.Logf("restart %d: reconnected", i+1)
 	}

@@ -98,6 +98,7 @@ var _ = Describe("Node agent injecting devices through NRI", func() {
 		Expect(rt.Start()).To(Succeed())
 		DeferCleanup(rt.Stop)
 		Eventually(n.nodeDevice(gopher, 0)).Should(injectionCondition(metav1.ConditionTrue, kdv1alpha1.ReasonNRIConnected))
+		Expect(rt.WaitForPlugins(ctx, 1)).To(Succeed())
 
 		By("a pod holding the gopher: its app container gets it, its sidecar nothing")
 		pod := createPod(testutil.MakePod("trainer", ns).Node(n.name).Request(gopher, 1).Container("sidecar"))

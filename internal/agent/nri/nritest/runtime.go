@@ -12,6 +12,8 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
@@ -31,6 +33,10 @@ type Runtime struct {
 	r     *adaptation.Adaptation
 	l     net.Listener
 	conns []net.Conn
+
+	// synced counts the plugins synchronized since the last Start. It is not under mu: the
+	// adaptation synchronizes pre-launched plugins inside Start, which holds mu.
+	synced atomic.Int64
 }
 
 // New returns a runtime that will serve socket; its directory holds the runtime's own files.
@@ -49,8 +55,12 @@ func (rt *Runtime) Start() error {
 		return errors.New("starting the NRI runtime: already running")
 	}
 	private := rt.socket + ".runtime"
+	rt.synced.Store(0)
 	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
 		_, err := cb(ctx, nil, nil)
+		if err == nil {
+			rt.synced.Add(1)
+		}
 		return err
 	}
 	update := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
@@ -93,6 +103,33 @@ func (rt *Runtime) Stop() {
 	rt.conns = nil
 	rt.r.Stop()
 	rt.r, rt.l = nil, nil
+}
+
+// WaitForPlugins waits until n plugins have synchronized with the runtime since it started and
+// the runtime lists them, so that CreateContainer reaches them. A plugin counts itself connected
+// once it has answered Synchronize; the runtime adds it to its list a moment later.
+func (rt *Runtime) WaitForPlugins(ctx context.Context, n int64) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rt.mu.Lock()
+		r := rt.r
+		rt.mu.Unlock()
+		synced := rt.synced.Load()
+		if r == nil {
+			return errors.New("waiting for NRI plugins: the runtime is stopped")
+		}
+		if synced >= n {
+			// The adaptation holds its sync lock from synchronizing a plugin until it lists it.
+			r.BlockPluginSync().Unblock()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %d NRI plugins, %d synchronized: %w", n, synced, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // CreateContainer asks the plugins to adjust the creation of a container of pod, as containerd
