@@ -662,6 +662,52 @@ func TestDevicePreStartContainer(t *testing.T) {
 	})
 }
 
+// PreStartContainer is the kubelet's PreStartContainer step alone: each call
+// (each start of the container) calls the plugins that require it, with the
+// container's devices of their resource, and no other plugin; it allocates
+// nothing, and a failure is the kubelet's error.
+func TestPreStartContainer(t *testing.T) {
+	tm := newAllocManager(t)
+	pre := startPlugin(t, tm, "r1.sock", res1, true, false, healthy("dev1", "dev2", "dev3")...)
+	plain := startPlugin(t, tm, "r2.sock", res2, false, false, healthy("other1")...)
+	if !tm.PreStartRequired(res1) || tm.PreStartRequired(res2) || tm.PreStartRequired("example.com/none") {
+		t.Errorf("PreStartRequired(%s, %s, none) = %t, %t, %t; want true, false, false", res1, res2,
+			tm.PreStartRequired(res1), tm.PreStartRequired(res2), tm.PreStartRequired("example.com/none"))
+	}
+	pod := makePod("p").container("c", req{res1, 2}, req{res2, 1}).obj()
+	c := &pod.Spec.Containers[0]
+
+	if err := tm.PreStartContainer(tm.ctx, pod, c); err == nil || !strings.HasPrefix(err.Error(), "no devices found allocated in local cache") {
+		t.Fatalf("PreStartContainer before allocation: got %v, want the kubelet's no-devices error", err)
+	}
+	if got := tm.containerDevices(pod, "c", res1); got.Len() != 0 {
+		t.Fatalf("PreStartContainer allocated %v", sets.List(got))
+	}
+	if err := tm.Allocate(tm.ctx, pod, c); err != nil {
+		t.Fatal(err)
+	}
+	held := sets.List(tm.containerDevices(pod, "c", res1))
+	for range 3 {
+		if err := tm.PreStartContainer(tm.ctx, pod, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff([][]string{held, held, held}, pre.preStartCalls()); diff != "" {
+		t.Errorf("PreStartContainer calls of the plugin that requires them (-want +got):\n%s", diff)
+	}
+	if got := plain.preStartCalls(); len(got) != 0 {
+		t.Errorf("the plugin that does not require PreStartContainer got %v", got)
+	}
+
+	pre.SetPreStartContainerFunc(func(*pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+		return nil, status.Error(codes.FailedPrecondition, "device busy")
+	})
+	want := "device plugin PreStartContainer rpc failed with err: rpc error: code = FailedPrecondition desc = device busy"
+	if err := tm.PreStartContainer(tm.ctx, pod, c); err == nil || err.Error() != want {
+		t.Errorf("PreStartContainer error = %v, want %q", err, want)
+	}
+}
+
 // The kubelet's TestGetDeviceRunContainerOptions: options while the pod is
 // active; nil, and no error, once it has finished and its devices were
 // freed.

@@ -119,7 +119,13 @@
 // GetDeviceRunContainerOptions (run_options.go) allocates a container of an
 // unfinished pod that misses its devices, calls PreStartContainer where the
 // plugin asks for it, and returns the merged options (poddevices decides the
-// merge, deterministically; conflicts are logged). UpdateAllocatedDevices
+// merge, deterministically; conflicts are logged). The kubelet calls it before
+// every start of a container, restarts included, so PreStartContainer runs
+// each time. A caller that cannot block container creation on an RPC (the
+// agent answers the runtime's NRI hook from memory) calls the step alone,
+// PreStartContainer(pod, container), ahead of each start, and reads the
+// options from PodAllocation; PreStartRequired(resource) says which
+// resources need it. UpdateAllocatedDevices
 // (gc.go) frees the pods not in the caller's list of active pods; it never
 // frees an allocation in flight. SetCordons keeps devices from being
 // allocated and counted as allocatable. PodAllocations and snapshots (a

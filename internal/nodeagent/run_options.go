@@ -48,10 +48,8 @@ func (m *Manager) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.Pod,
 		}
 	}
 
-	for _, rq := range reqs {
-		if err := m.callPreStartContainerIfNeeded(ctx, uid, container.Name, rq.resource); err != nil {
-			return nil, err
-		}
+	if err := m.preStartContainer(ctx, uid, reqs, container.Name); err != nil {
+		return nil, err
 	}
 
 	m.mu.Lock()
@@ -63,6 +61,42 @@ func (m *Manager) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.Pod,
 			"droppedResource", c.DroppedResource, "droppedValue", c.DroppedValue)
 	}
 	return opts, nil
+}
+
+// PreStartContainer calls PreStartContainer, with the container's devices,
+// for every resource of container whose plugin requires it (PreStartRequired
+// in GetDevicePluginOptions), in resource name order, and returns the
+// kubelet's error for the first one that fails. It is the first step of
+// GetDeviceRunContainerOptions, for a caller that prepares each start of a
+// container apart from reading its options: the kubelet calls it before every
+// start, restarts and retries of a failed creation included. It allocates
+// nothing; a container that holds no devices of such a resource gets the
+// kubelet's "no devices found allocated" error.
+func (m *Manager) PreStartContainer(ctx context.Context, pod *v1.Pod, container *v1.Container) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod), "podUID", pod.UID, "containerName", container.Name)
+	ctx = klog.NewContext(ctx, logger)
+	return m.preStartContainer(ctx, string(pod.UID), containerRequests(pod, container), container.Name)
+}
+
+// PreStartRequired reports whether the plugin serving resource asked for
+// PreStartContainer before each start of a container holding its devices.
+// It is false for a resource whose plugin has not registered since the
+// checkpoint restored it (no options yet), as the kubelet's endpoint restored
+// from its checkpoint; a disconnected plugin keeps the options it had.
+func (m *Manager) PreStartRequired(resource string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.resources[resource]
+	return r != nil && r.primary.opts().GetPreStartRequired()
+}
+
+func (m *Manager) preStartContainer(ctx context.Context, uid string, reqs []deviceRequest, container string) error {
+	for _, rq := range reqs {
+		if err := m.callPreStartContainerIfNeeded(ctx, uid, container, rq.resource); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // callPreStartContainerIfNeeded is the kubelet's function of the same name:
