@@ -21,9 +21,6 @@ import (
 	"github.com/kubedevice/kubedevice/internal/indexer"
 )
 
-// leaderElectionID names the Lease the controller replicas elect a leader with.
-const leaderElectionID = "kubedevice-controller.kubedevice.io"
-
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "kubedevice-controller: %v\n", err)
@@ -51,7 +48,7 @@ func run() error {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
 		"Address the health probes (/healthz, /readyz) bind to; \"0\" disables them.")
 	flag.BoolVar(&leaderElect, "leader-elect", false,
-		"Elect a leader among controller replicas (Lease "+leaderElectionID+"), so only one reconciles.")
+		"Elect a leader among controller replicas (Lease "+controller.LeaderElectionID+"), so only one reconciles.")
 	flag.StringVar(&leaderElectNS, "leader-election-namespace", os.Getenv("POD_NAMESPACE"),
 		"Namespace of the leader election Lease; defaults to $POD_NAMESPACE, else the namespace the controller runs in.")
 	flag.StringVar(&opts.AgentNamespace, "agent-namespace", agentNamespace,
@@ -82,7 +79,7 @@ func run() error {
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,
-		LeaderElectionID:              leaderElectionID,
+		LeaderElectionID:              controller.LeaderElectionID,
 		LeaderElectionNamespace:       leaderElectNS,
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         controller.CacheOptions(opts),

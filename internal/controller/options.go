@@ -20,6 +20,11 @@ const (
 	// under its own field owner, kubedevice-agent, so the two never take each other's fields.
 	FieldOwner = "kubedevice-controller"
 
+	// LeaderElectionID names the Lease the controller replicas elect a leader with, in the
+	// controller's namespace. While a controller holds it, it may publish node capacity at any
+	// moment; `kubedevice cleanup` waits until it is released or expired.
+	LeaderElectionID = "kubedevice-controller.kubedevice.io"
+
 	// NodeCapacityFinalizer holds a NodeDevice until the controller has set its resource to zero
 	// on the node, so a resource whose NodeDevices are all gone is never left published (nor
 	// forgotten as ours), even when the controller was down when they went.

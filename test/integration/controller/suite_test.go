@@ -105,7 +105,7 @@ func startManager() func() {
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                true,
-		LeaderElectionID:              "kubedevice-controller.kubedevice.io",
+		LeaderElectionID:              kdcontroller.LeaderElectionID,
 		LeaderElectionNamespace:       agentNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         kdcontroller.CacheOptions(opts),
