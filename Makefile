@@ -60,6 +60,7 @@ manifests: controller-gen ## Generate CRDs and RBAC from the API types and kubeb
 	rm -f charts/kubedevice/crds/*.yaml && cp config/crd/bases/*.yaml charts/kubedevice/crds/
 	$(CONTROLLER_GEN) rbac:roleName=kubedevice-agent paths="./internal/agent/..." output:rbac:artifacts:config=config/rbac/agent
 	$(CONTROLLER_GEN) rbac:roleName=kubedevice-controller paths="./internal/controller/..." output:rbac:artifacts:config=config/rbac/controller
+	$(CONTROLLER_GEN) rbac:roleName=kubedevice-cleanup paths="./internal/cleanup/..." output:rbac:artifacts:config=config/rbac/cleanup
 
 .PHONY: generate
 generate: controller-gen ## Generate deepcopy code.
