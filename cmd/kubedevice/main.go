@@ -1,7 +1,8 @@
 // Command kubedevice is kubedevice's command-line tool: `kubedevice dev` runs a local cluster with
 // the agent, the controller and the Gopher device plugin and shows them at work; `kubedevice
-// status` summarizes the devices of a cluster's nodes and who holds them. It parses flags and
-// wires; the work is in internal/devenv and internal/status.
+// status` summarizes the devices of a cluster's nodes and who holds them; `kubedevice cleanup`
+// removes what kubedevice leaves in a cluster after an uninstall. It parses flags and wires; the
+// work is in internal/devenv, internal/status and internal/cleanup.
 package main
 
 import (
@@ -14,16 +15,25 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/cleanup"
+	"github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/devenv"
 	"github.com/kubedevice/kubedevice/internal/status"
 )
 
-// statusTimeout bounds `kubedevice status`'s API calls.
-const statusTimeout = 30 * time.Second
+const (
+	// statusTimeout bounds `kubedevice status`'s API calls.
+	statusTimeout = 30 * time.Second
+	// cleanupRequestTimeout bounds each API call of `kubedevice cleanup`.
+	cleanupRequestTimeout = 30 * time.Second
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -39,12 +49,12 @@ func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "kubedevice",
 		Short:         "kubedevice's command-line tool",
-		Long:          "kubedevice is the kubelet's device plugin manager, taken out of the kubelet and made visible.\nThis tool runs a local demo cluster and summarizes a cluster's devices.",
+		Long:          "kubedevice is the kubelet's device plugin manager, taken out of the kubelet and made visible.\nThis tool runs a local demo cluster, summarizes a cluster's devices, and cleans up after an uninstall.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newDevCommand(), newStatusCommand())
+	root.AddCommand(newDevCommand(), newStatusCommand(), newCleanupCommand())
 	return root
 }
 
@@ -115,15 +125,77 @@ devices and why; and any disagreement between the NodeDevices and the DeviceAllo
 	return cmd
 }
 
-// newClient returns a client of the cluster the kubeconfig names, as kubectl finds it.
+func newCleanupCommand() *cobra.Command {
+	var (
+		kubeconfig string
+		opts       cleanup.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Remove what kubedevice leaves in a cluster after an uninstall",
+		Long: `Remove every trace of kubedevice from a cluster whose kubedevice agents and controller are gone
+(helm uninstall, or kubectl delete -k config/default --wait=false):
+
+  1. Wait until no kubedevice controller runs: its leader election Lease (` + controller.LeaderElectionID + `
+     in --lease-namespace) is absent, released or expired, at most --timeout. A controller that still
+     runs would publish the resources again. --force skips the wait.
+  2. Remove from every Node's status.capacity and status.allocatable the extended resources
+     kubedevice published: those its controller's field manager (` + controller.FieldOwner + `) owns,
+     and those of the node's NodeDevices. Other resources, cpu and memory are left alone.
+  3. Delete every DeviceAllocation, and every NodeDevice once its ` + controller.NodeCapacityFinalizer + `
+     finalizer is removed, so deleting the CRDs completes. A kubedevice agent installed again
+     rebuilds them from its node's checkpoint; cordons in NodeDevices are lost (they are logged).
+
+It is safe to run again, and a missing CRD is not an error. The Helm chart runs it as a post-delete
+hook. It logs each change to standard error and prints a summary.`,
+		Example: `  kubectl delete -k config/default --wait=false && kubedevice cleanup   # the CRDs' deletion then completes
+  kubedevice cleanup --force    # without waiting for the controller's Lease`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.ConsoleEncoder())
+			ctrl.SetLogger(log)
+			c, err := newClientWithTimeout(kubeconfig, cleanupRequestTimeout)
+			if err != nil {
+				return err
+			}
+			res, err := cleanup.Run(ctrl.LoggerInto(cmd.Context(), log), c, opts)
+			if err != nil {
+				return fmt.Errorf("cleaning up: %w", err)
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), res)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, else ~/.kube/config).")
+	f.StringVar(&opts.LeaseNamespace, "lease-namespace", cleanup.DefaultLeaseNamespace,
+		"Namespace of the controller's leader election Lease: the namespace kubedevice was installed in.")
+	f.DurationVar(&opts.Timeout, "timeout", cleanup.DefaultTimeout,
+		"How long to wait for the controller to stop before giving up.")
+	f.BoolVar(&opts.Force, "force", false,
+		"Do not wait for the controller to stop. A controller that still runs publishes its resources again.")
+	return cmd
+}
+
+// newClient returns a client of the cluster the kubeconfig names, as kubectl finds it (in a pod
+// with no kubeconfig: the pod's service account).
 func newClient(kubeconfig string) (client.Client, error) {
+	return newClientWithTimeout(kubeconfig, 0)
+}
+
+// newClientWithTimeout is newClient whose every request times out after timeout (0: never).
+func newClientWithTimeout(kubeconfig string, timeout time.Duration) (client.Client, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
+	cfg.Timeout = timeout
 	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("registering the built-in types: %w", err)
+	}
 	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("registering the kubedevice.io types: %w", err)
 	}
