@@ -44,7 +44,7 @@ func (a *Agent) setupInjection(mgr ctrl.Manager) error {
 	}
 	a.injection.index = nri.NewIndex(a.opts.NRI.HostRoot)
 	a.injection.served = map[string]bool{}
-	a.injection.runner = nri.NewRunner(a.opts.NRI, a.injection.index, podChecker{a})
+	a.injection.runner = nri.NewRunner(a.opts.NRI, a.injection.index, nil, podChecker{a})
 	if err := mgr.Add(injectionRunner{a}); err != nil {
 		return fmt.Errorf("adding the NRI plugin: %w", err)
 	}
@@ -119,12 +119,16 @@ func (a *Agent) recordInjection(pod *corev1.Pod, alloc *nodeagent.PodAllocation,
 	case alloc == nil:
 		x.SetNoDevices(uid, pod.Namespace, pod.Name)
 	default:
-		containers := make(map[string]*poddevices.RunContainerOptions, len(alloc.Containers))
+		containers := make(map[string]nri.Container, len(alloc.Containers))
 		for _, c := range alloc.Containers {
-			containers[c.Name] = c.RuntimeOptions
+			ic := nri.Container{Options: c.RuntimeOptions, Resources: make([]string, 0, len(c.Resources))}
 			if o := opts[c.Name]; o != nil {
-				containers[c.Name] = o
+				ic.Options = o
 			}
+			for _, r := range c.Resources {
+				ic.Resources = append(ic.Resources, r.ResourceName)
+			}
+			containers[c.Name] = ic
 		}
 		x.SetReady(uid, pod.Namespace, pod.Name, containers)
 	}

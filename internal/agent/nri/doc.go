@@ -14,10 +14,27 @@
 // Device nodes are stat'ed when a pod is recorded and cached by path, so the handler makes no
 // system call for a device it has seen. It answers in a few microseconds (see the benchmark).
 //
+// # PreStartContainer
+//
+// The kubelet calls a plugin's PreStartContainer, when the plugin asks for it, before every start
+// of a container holding its devices, restarts and retried creations included, and a failure
+// fails that start. The handler cannot make the call, so the agent makes it ahead of the start
+// and records a grant (Grants): at allocation, for the first start; when the pod's status shows
+// that such a container ended and will be restarted; and when a creation was refused for want of
+// a grant. A creation of such a container takes the grant (recorded under the runtime's container
+// ID, so the same creation asked again is admitted again); without one it is refused with
+// ErrDevicesNotReady, saying that PreStartContainer has not run for this start yet, or the error
+// of the call that failed, and the agent is asked to make the call, so the kubelet's retry of the
+// creation, about a second later, gets through. Grants are in memory: after an agent restart a
+// container being created is refused once; running containers are never affected. Containers
+// whose plugins do not ask for PreStartContainer need no grant.
+//
 // # Decisions
 //
 //	pod in the index          container                      answer
 //	ready                     holds devices                  adjustment
+//	ready                     holds devices whose plugin     adjustment, taking the grant;
+//	                          requires PreStartContainer     error without one
 //	ready                     holds none                     untouched
 //	pending                   any                            error: the kubelet retries creation
 //	no kubedevice devices     any                            untouched

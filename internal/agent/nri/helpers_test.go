@@ -58,14 +58,15 @@ func waitForPlugins(t testing.TB, rt *nritest.Runtime, n int64) {
 	}
 }
 
-// startRunner runs a runner for index on socket with short retry delays until the test ends.
-func startRunner(t testing.TB, socket string, index *Index, pods PodChecker) *Runner {
+// startRunner runs a runner for index and grants on socket with short retry delays until the
+// test ends.
+func startRunner(t testing.TB, socket string, index *Index, grants *Grants, pods PodChecker) *Runner {
 	t.Helper()
 	opts, err := Options{SocketPath: socket, InitialRetryDelay: 10 * time.Millisecond, MaxRetryDelay: 100 * time.Millisecond, RegistrationTimeout: 5 * time.Second}.Complete()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewRunner(opts, index, pods)
+	r := NewRunner(opts, index, grants, pods)
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithInterface(t, testr.Options{})))
 	done := make(chan struct{})
 	go func() {
@@ -115,6 +116,9 @@ func devNull(t testing.TB) hostDevice {
 	}
 	return hostDevice{typ: "c", major: 1, minor: 3, mode: st.Mode &^ unix.S_IFMT, uid: st.Uid, gid: st.Gid}
 }
+
+// gopherResource is the resource of the tests' devices.
+const gopherResource = "example.com/gopher"
 
 // gopherOptions are the runtime options of a container holding one device of each kind.
 func gopherOptions() *poddevices.RunContainerOptions {

@@ -28,8 +28,17 @@ type podEntry struct {
 	state           podState
 	// reason says why a pending pod waits.
 	reason string
-	// containers are the runtime options of a ready pod's containers that hold devices, by name.
-	containers map[string]*poddevices.RunContainerOptions
+	// containers are a ready pod's containers that hold devices, by name.
+	containers map[string]Container
+}
+
+// Container is what a container of a ready pod holds.
+type Container struct {
+	// Options are the runtime options of its devices.
+	Options *poddevices.RunContainerOptions
+	// Resources are the resources of its devices. When the plugin of one of them requires
+	// PreStartContainer (Grants), each creation of the container needs a grant.
+	Resources []string
 }
 
 // Index is the agent's record, in memory, of what each pod bound to the node must get at
@@ -58,16 +67,15 @@ func NewIndex(hostRoot string) *Index {
 	}
 }
 
-// SetReady records that the pod's devices are allocated and prepared: containers are the runtime
-// options of its containers that hold devices, by container name. The host device nodes they
-// name are looked up again now, outside any container creation, so the handler finds them cached
-// and current.
-func (x *Index) SetReady(uid, namespace, name string, containers map[string]*poddevices.RunContainerOptions) {
-	for _, opts := range containers {
-		if opts == nil {
+// SetReady records that the pod's devices are allocated: containers are its containers that hold
+// devices, by container name. The host device nodes they name are looked up again now, outside
+// any container creation, so the handler finds them cached and current.
+func (x *Index) SetReady(uid, namespace, name string, containers map[string]Container) {
+	for _, c := range containers {
+		if c.Options == nil {
 			continue
 		}
-		for _, d := range opts.Devices {
+		for _, d := range c.Options.Devices {
 			// A node that cannot be stat'ed now is looked up again, and its error returned,
 			// when a container is created with it.
 			_, _ = x.stats.refresh(d.HostPath)

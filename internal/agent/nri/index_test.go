@@ -108,7 +108,7 @@ func TestStatCacheRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := NewIndex(root)
-	opts := map[string]*poddevices.RunContainerOptions{"app": {Devices: []poddevices.DeviceSpec{{ContainerPath: "/dev/g", HostPath: "/dev/gopher0", Permissions: "rw"}}}}
+	opts := map[string]Container{"app": {Options: &poddevices.RunContainerOptions{Devices: []poddevices.DeviceSpec{{ContainerPath: "/dev/g", HostPath: "/dev/gopher0", Permissions: "rw"}}}}}
 	x.SetReady("uid", "ns", "pod", opts)
 	p := &plugin{name: PluginName, index: x, pods: &fakePods{}, log: logr.Discard()}
 	create := func() (*api.ContainerAdjustment, error) {

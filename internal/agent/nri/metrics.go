@@ -15,7 +15,7 @@ var (
 	// createContainerTotal counts the CreateContainer requests the plugin answered, by result.
 	createContainerTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubedevice_agent_nri_create_container_total",
-		Help: "Container creations the node agent's NRI plugin answered, by result (injected: devices added; untouched: the container holds no kubedevice device; refused: its pod's devices are not allocated yet, the kubelet retries).",
+		Help: "Container creations the node agent's NRI plugin answered, by result (injected: devices added; untouched: the container holds no kubedevice device; refused: its pod's devices are not allocated yet, or PreStartContainer has not run for this start; the kubelet retries).",
 	}, []string{"result"})
 )
 

@@ -27,9 +27,10 @@ const (
 )
 
 // ErrDevicesNotReady is the error (wrapped) with which a container is refused because the
-// devices of its pod are not allocated yet. containerd fails the creation and the kubelet retries
-// it.
-var ErrDevicesNotReady = errors.New("the pod's kubedevice devices are not allocated yet")
+// devices of its pod are not allocated yet, or because PreStartContainer has not run (or failed)
+// for this start of a container whose plugin requires it. containerd fails the creation and the
+// kubelet retries it.
+var ErrDevicesNotReady = errors.New("the pod's kubedevice devices are not ready")
 
 // PodChecker answers for pods the index has not recorded yet: those the agent's pod controller
 // has not reconciled since they were bound.
@@ -40,18 +41,21 @@ type PodChecker interface {
 	NeedsDevices(ctx context.Context, namespace, name, uid string) (bool, error)
 }
 
-// plugin is the NRI plugin: it handles CreateContainer, and nothing else, from the index.
+// plugin is the NRI plugin: it handles CreateContainer, and nothing else, from the index and the
+// grants.
 type plugin struct {
-	name  string
-	index *Index
-	pods  PodChecker
-	log   logr.Logger
+	name   string
+	index  *Index
+	grants *Grants
+	pods   PodChecker
+	log    logr.Logger
 }
 
 // CreateContainer gives a container the devices its pod holds: envs, mounts, device nodes and
 // their cgroup rules, annotations and CDI devices. A container of a pod that holds no kubedevice
 // device, or that holds none itself, is left untouched. A container of a pod that asks for
-// kubedevice devices not allocated yet is refused with ErrDevicesNotReady. It reads memory only:
+// kubedevice devices not allocated yet, or a container whose plugin requires PreStartContainer
+// and which has no grant for this start, is refused with ErrDevicesNotReady. It reads memory only:
 // containerd calls the plugins one container at a time, node-wide, and gives up on a plugin
 // after its request timeout (2 s), creating the container without the adjustment.
 func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
@@ -89,14 +93,21 @@ func (p *plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, resultRefused, fmt.Errorf("injecting the devices of container %q of pod %s/%s: %w: %s",
 			ctr.GetName(), pod.GetNamespace(), pod.GetName(), ErrDevicesNotReady, e.reason)
 	case podReady:
-		opts := e.containers[ctr.GetName()]
-		if opts == nil {
+		c := e.containers[ctr.GetName()]
+		if c.Options == nil {
 			return nil, resultUntouched, nil
 		}
-		adj, err := adjustment(opts, p.index.stats)
+		adj, err := adjustment(c.Options, p.index.stats)
 		if err != nil {
 			return nil, resultRefused, fmt.Errorf("injecting the devices of container %q of pod %s/%s: %w",
 				ctr.GetName(), pod.GetNamespace(), pod.GetName(), err)
+		}
+		if p.grants.Required(c.Resources) {
+			// Taken last, so that a creation refused for another reason keeps the grant.
+			if why, ok := p.grants.admit(pod.GetNamespace(), pod.GetName(), pod.GetUid(), ctr.GetName(), ctr.GetId()); !ok {
+				return nil, resultRefused, fmt.Errorf("injecting the devices of container %q of pod %s/%s: %w: %s",
+					ctr.GetName(), pod.GetNamespace(), pod.GetName(), ErrDevicesNotReady, why)
+			}
 		}
 		return adj, resultInjected, nil
 	default:

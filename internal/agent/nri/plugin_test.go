@@ -62,14 +62,17 @@ func TestCreateContainerThroughNRI(t *testing.T) {
 	rt := startRuntime(t, socket)
 
 	index := NewIndex("")
-	index.SetReady("ready", "ns", "trainer", map[string]*poddevices.RunContainerOptions{
-		"app":  gopherOptions(),
-		"init": {Envs: []poddevices.EnvVar{{Name: "GOPHER", Value: "g2"}}, Devices: []poddevices.DeviceSpec{{ContainerPath: "/dev/ro", HostPath: "/dev/null", Permissions: "r"}}},
+	index.SetReady("ready", "ns", "trainer", map[string]Container{
+		"app": {Options: gopherOptions(), Resources: []string{gopherResource}},
+		"init": {Options: &poddevices.RunContainerOptions{
+			Envs:    []poddevices.EnvVar{{Name: "GOPHER", Value: "g2"}},
+			Devices: []poddevices.DeviceSpec{{ContainerPath: "/dev/ro", HostPath: "/dev/null", Permissions: "r"}},
+		}, Resources: []string{gopherResource}},
 	})
 	index.SetPending("pending", "ns", "waiting", "PluginUnavailable: no healthy devices present")
 	index.SetNoDevices("plain", "ns", "plain")
 	pods := &fakePods{needs: map[string]bool{"uncached-needs": true}}
-	runner := startRunner(t, socket, index, pods)
+	runner := startRunner(t, socket, index, nil, pods)
 	waitFor(t, "the plugin to connect", func() bool { return runner.Status().State == StateConnected })
 	waitForPlugins(t, rt, 1)
 	required := map[string]string{RequiredPluginsAnnotation: `["kubedevice"]`}
@@ -176,7 +179,7 @@ func TestRequiredPluginsGate(t *testing.T) {
 
 	index := NewIndex("")
 	index.SetNoDevices("gated", "ns", "gated")
-	runner := startRunner(t, socket, index, &fakePods{})
+	runner := startRunner(t, socket, index, nil, &fakePods{})
 	waitFor(t, "the gated pod to be admitted", func() bool {
 		_, err := createContainer(rt, gated, "app")
 		return err == nil
@@ -193,8 +196,8 @@ func TestRunnerReconnects(t *testing.T) {
 	dir := shortDir(t)
 	socket := filepath.Join(dir, "nri.sock")
 	index := NewIndex("")
-	index.SetReady("ready", "ns", "trainer", map[string]*poddevices.RunContainerOptions{"app": gopherOptions()})
-	runner := startRunner(t, socket, index, &fakePods{})
+	index.SetReady("ready", "ns", "trainer", map[string]Container{"app": {Options: gopherOptions(), Resources: []string{gopherResource}}})
+	runner := startRunner(t, socket, index, nil, &fakePods{})
 	pod := sandbox("ready", "ns", "trainer", nil)
 
 	waitFor(t, "the missing socket to be reported", func() bool { return runner.Status().State == StateSocketMissing })

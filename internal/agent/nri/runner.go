@@ -119,12 +119,13 @@ type Runner struct {
 	changed chan struct{}
 }
 
-// NewRunner returns a runner for the plugin that serves index, asking pods about the pods the
-// index has not recorded. opts must be completed.
-func NewRunner(opts Options, index *Index, pods PodChecker) *Runner {
+// NewRunner returns a runner for the plugin that serves index and admits the containers whose
+// plugin requires PreStartContainer by grants (nil: none requires it), asking pods about the pods
+// the index has not recorded. opts must be completed.
+func NewRunner(opts Options, index *Index, grants *Grants, pods PodChecker) *Runner {
 	return &Runner{
 		opts:    opts,
-		plugin:  &plugin{name: PluginName, index: index, pods: pods, log: logr.Discard()},
+		plugin:  &plugin{name: PluginName, index: index, grants: grants, pods: pods, log: logr.Discard()},
 		status:  Status{State: StateUnknown, SocketPath: opts.SocketPath, Plugin: opts.PluginIndex + "-" + PluginName},
 		changed: make(chan struct{}, 1),
 	}

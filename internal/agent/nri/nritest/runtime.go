@@ -133,8 +133,15 @@ func (rt *Runtime) WaitForPlugins(ctx context.Context, n int64) error {
 }
 
 // CreateContainer asks the plugins to adjust the creation of a container of pod, as containerd
-// does, and returns the adjustment they made together (validated by the default validator).
+// does, and returns the adjustment they made together (validated by the default validator). The
+// container's ID is the pod's UID and the container's name: asked again, it is the same creation.
 func (rt *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, container string) (*api.ContainerAdjustment, error) {
+	return rt.CreateContainerWithID(ctx, pod, container, pod.GetUid()+"-"+container)
+}
+
+// CreateContainerWithID is CreateContainer for the container with the runtime ID id: a container
+// restarted, or created again after a failed creation, has a new ID.
+func (rt *Runtime) CreateContainerWithID(ctx context.Context, pod *api.PodSandbox, container, id string) (*api.ContainerAdjustment, error) {
 	rt.mu.Lock()
 	r := rt.r
 	rt.mu.Unlock()
@@ -143,7 +150,7 @@ func (rt *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, con
 	}
 	resp, err := r.CreateContainer(ctx, &adaptation.CreateContainerRequest{
 		Pod:       pod,
-		Container: &api.Container{Id: pod.GetUid() + "-" + container, PodSandboxId: pod.GetId(), Name: container},
+		Container: &api.Container{Id: id, PodSandboxId: pod.GetId(), Name: container},
 	})
 	if err != nil {
 		return nil, err
