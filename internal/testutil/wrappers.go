@@ -274,6 +274,12 @@ func MakeLease(name, ns string) *LeaseWrapper {
 	}}
 }
 
+// Holder sets spec.holderIdentity; empty is a released Lease.
+func (w *LeaseWrapper) Holder(id string) *LeaseWrapper {
+	w.Spec.HolderIdentity = &id
+	return w
+}
+
 // RenewTime sets spec.renewTime (and spec.acquireTime when unset) to t.
 func (w *LeaseWrapper) RenewTime(t time.Time) *LeaseWrapper {
 	mt := metav1.NewMicroTime(t)
