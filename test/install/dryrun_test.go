@@ -3,6 +3,7 @@ package install
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ var errNotYet = errors.New("not yet")
 // the Gopher sample, and the chart with its default values, with each ci/ values file and in
 // another namespace. The API server validates everything a real install would meet: unknown or
 // misspelt fields, workload specs, RBAC rules and bindings, the admission policies (CEL compiled
-// against the types), the CRDs themselves.
+// against the types), the CRDs themselves. The chart's hooks are applied too.
 func TestRendersAreAcceptedByTheAPIServer(t *testing.T) {
 	startAPIServer(t)
 	cases := map[string]func(t *testing.T) []*unstructured.Unstructured{
@@ -56,6 +57,10 @@ func TestRendersAreAcceptedByTheAPIServer(t *testing.T) {
 			objs := render(t)
 			if len(objs) == 0 {
 				t.Fatal("nothing rendered")
+			}
+			// The chart's hooks (the uninstall cleanup Job and its RBAC) are applied with the rest.
+			if name == "helm default values" && !slices.ContainsFunc(objs, isHelmHook) {
+				t.Error("the chart renders no hook with its default values: the cleanup hook is missing")
 			}
 			applyRender(t.Context(), t, objs, true)
 		})

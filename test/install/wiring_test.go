@@ -1,6 +1,7 @@
 package install
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -257,16 +258,44 @@ func binaryFlags(t *testing.T, names ...string) map[string]map[string]bool {
 	defined := map[string]map[string]bool{}
 	for _, n := range names {
 		out, _ := exec.Command(filepath.Join(dir, n), "-h").CombinedOutput() // exits 0 or 2 after the usage
-		flags := map[string]bool{}
-		for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
-			flags[m[1]] = true
-		}
-		if len(flags) == 0 {
-			t.Fatalf("%s -h lists no flags:\n%s", n, out)
-		}
-		defined["/usr/local/bin/"+n] = flags
+		defined["/usr/local/bin/"+n] = flagsIn(t, n, flagLine, out)
 	}
 	return defined
+}
+
+// subcommandFlags builds cmd/kubedevice and returns the names of the flags of each subcommand,
+// from its --help (cobra's), by the command line the image runs it with.
+func subcommandFlags(t *testing.T, subcommands ...string) map[string]map[string]bool {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kubedevice")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kubedevice")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/kubedevice: %v\n%s", err, out)
+	}
+	flagLine := regexp.MustCompile(`(?m)^ +(?:-[a-z], )?--([a-z0-9-]+)`)
+	defined := map[string]map[string]bool{}
+	for _, sub := range subcommands {
+		out, err := exec.Command(bin, sub, "--help").CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubedevice %s --help: %v\n%s", sub, err, out)
+		}
+		defined["/usr/local/bin/kubedevice "+sub] = flagsIn(t, "kubedevice "+sub, flagLine, out)
+	}
+	return defined
+}
+
+// flagsIn returns the flag names flagLine finds in a command's usage.
+func flagsIn(t *testing.T, command string, flagLine *regexp.Regexp, usage []byte) map[string]bool {
+	t.Helper()
+	flags := map[string]bool{}
+	for _, m := range flagLine.FindAllStringSubmatch(string(usage), -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) == 0 {
+		t.Fatalf("%s -h lists no flags:\n%s", command, usage)
+	}
+	return flags
 }
 
 // TestArgsAreTheBinariesFlags checks every container's arguments, in every install, against the
@@ -275,6 +304,7 @@ func binaryFlags(t *testing.T, names ...string) map[string]map[string]bool {
 // at its default where there is nothing else to say), but for omittedFlags.
 func TestArgsAreTheBinariesFlags(t *testing.T) {
 	defined := binaryFlags(t, "kubedevice-agent", "kubedevice-controller", "gopher-device-plugin")
+	maps.Copy(defined, subcommandFlags(t, "cleanup"))
 	all := renders(t)
 	all["config/samples/gopher"] = kustomizeBuild(t, filepath.Join(configDir, "samples", "gopher"))
 	for name, objs := range all {
@@ -286,16 +316,17 @@ func TestArgsAreTheBinariesFlags(t *testing.T) {
 			for _, c := range containers {
 				cmd, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "command")
 				args, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "args")
-				flagsOf, ok := defined[cmd[0]]
+				command := strings.Join(cmd, " ")
+				flagsOf, ok := defined[command]
 				if !ok {
-					t.Errorf("%s: %s runs %s, which this test does not know", name, key(u), cmd[0])
+					t.Errorf("%s: %s runs %s, which this test does not know", name, key(u), command)
 					continue
 				}
 				passed := map[string]bool{}
 				for _, a := range args {
 					flag, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 					if !strings.HasPrefix(a, "--") || !flagsOf[flag] {
-						t.Errorf("%s: %s passes %q, which %s does not define", name, key(u), a, cmd[0])
+						t.Errorf("%s: %s passes %q, which %s does not define", name, key(u), a, command)
 					}
 					passed[flag] = true
 				}

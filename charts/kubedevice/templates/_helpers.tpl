@@ -30,3 +30,13 @@ system:serviceaccount:{{ $root.Release.Namespace }}:{{ index . 1 }}
 {{- end -}}
 8081
 {{- end }}
+
+{{/*
+The annotations of the post-delete cleanup hook's objects. Argument: (list "<hook weight>"); lower
+weights are created first. Deleted before a new run is created, and once the Job succeeded.
+*/}}
+{{- define "kubedevice.cleanupHook" -}}
+helm.sh/hook: post-delete
+helm.sh/hook-weight: {{ index . 0 | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
