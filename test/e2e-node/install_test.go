@@ -57,13 +57,25 @@ const (
 	helmRelease         = "kubedevice"
 	// agentSelector selects the agent's pods (config/agent, the chart).
 	agentSelector = "app.kubernetes.io/name=kubedevice,app.kubernetes.io/component=agent"
+	// controllerSelector selects the controller's pods (config/controller, the chart).
+	controllerSelector = "app.kubernetes.io/name=kubedevice,app.kubernetes.io/component=controller"
 )
 
 // kubedeviceCRDs are the CustomResourceDefinitions both installs create.
 var kubedeviceCRDs = []string{"nodedevices.kubedevice.io", "deviceallocations.kubedevice.io"}
 
-// imageBinaries are the commands the manifests run from the image, built from cmd/.
-var imageBinaries = []string{"kubedevice-agent", "kubedevice-controller", "gopher-device-plugin"}
+// imageBinaries are the commands the manifests run from the image, built from cmd/: the chart's
+// post-delete hook runs kubedevice cleanup, which the suite also runs itself after a kustomize
+// uninstall.
+var imageBinaries = []string{"kubedevice-agent", "kubedevice-controller", "gopher-device-plugin", "kubedevice"}
+
+// cleanupJob is the chart's post-delete hook Job.
+const cleanupJob = "kubedevice-cleanup"
+
+// imageBin is where buildImage puts the static binaries.
+func imageBin(name string) string {
+	return filepath.Join(repoRoot, "bin", "e2e-node", "image-bin", name)
+}
 
 func overlay(name string) string {
 	return filepath.Join(repoRoot, "hack", "e2e-node", "overlays", name)
@@ -81,7 +93,7 @@ func buildImage(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	dir := filepath.Join(repoRoot, "bin", "e2e-node", "image-bin")
+	dir := imageBin("")
 	Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
 	args := []string{"build", "-trimpath", "-ldflags", "-s -w", "-o", dir + string(filepath.Separator)}
 	var bins []string
@@ -237,29 +249,53 @@ func installGopher(ctx context.Context, id, content string) {
 }
 
 // uninstall removes kubedevice and the Gopher plugin, however they were installed (either
-// install, or what an interrupted run left), and waits until they are gone: the Gopher plugin;
-// the agents; the NodeDevices and DeviceAllocations while the controller still runs (it holds the
-// NodeDevices' kubedevice.io/node-capacity finalizer until the node's capacity is zeroed, so the
-// CRDs cannot go without it); then the release, the rest of the kustomize install, the CRDs
-// (Helm keeps them) and the namespace; last the gopher files. With a label, how long it took is
-// recorded under it.
+// install, or what an interrupted run left), the way the README says, with the Gopher plugin
+// still registered: `helm uninstall`, whose post-delete hook runs `kubedevice cleanup`; or
+// `kubectl delete -k --wait=false` and then `kubedevice cleanup`, after which the deletion of the
+// CRDs completes. With a label (after an install, not for what an interrupted run left) it checks
+// what each leaves: the Node offers no gopher (not even 0), no NodeDevice is left, the hook Job
+// succeeded (Helm deletes it only then), and records how long it took. Then it removes the rest:
+// the Gopher plugin, the CRDs (Helm keeps them), the namespace, the gopher files.
 func uninstall(ctx context.Context, label string) {
+	if _, err := helm(ctx, "status", helmRelease, "--namespace", kubedeviceNamespace); err == nil {
+		start := time.Now()
+		out, err := helm(ctx, "uninstall", helmRelease, "--namespace", kubedeviceNamespace, "--wait")
+		Expect(err).NotTo(HaveOccurred(), "helm uninstall (it fails when the post-delete cleanup Job fails)")
+		GinkgoWriter.Printf("helm uninstall:\n%s", out)
+		if label != "" {
+			recordTiming(label+"helm uninstall, its post-delete cleanup Job included", time.Since(start))
+			_, err := clientset.BatchV1().Jobs(kubedeviceNamespace).Get(ctx, cleanupJob, metav1.GetOptions{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the hook Job %s is left (Helm deletes it once it succeeded): %v", cleanupJob, err)
+			expectNoKubedeviceTraces(ctx)
+		}
+	}
+	if _, err := clientset.AppsV1().Deployments(kubedeviceNamespace).Get(ctx, controllerName, metav1.GetOptions{}); err == nil {
+		start := time.Now()
+		_, err := kubectl(ctx, "delete", "-k", overlay("kubedevice"), "--ignore-not-found", "--wait=false")
+		Expect(err).NotTo(HaveOccurred())
+		// The namespace's deletion may take the controller's Lease before the controller has
+		// stopped, so the README waits for its pods to be gone first, as here.
+		_, err = kubectl(ctx, "wait", "--for=delete", "pod", "-n", kubedeviceNamespace, "-l", controllerSelector, "--timeout=2m")
+		Expect(err).NotTo(HaveOccurred())
+		cleanUp(ctx)
+		Eventually(ctx, func(g Gomega) {
+			for _, crd := range kubedeviceCRDs {
+				g.Expect(crdExists(ctx, crd)).To(BeFalse(), "CRD %s", crd)
+			}
+		}).Should(Succeed())
+		if label != "" {
+			recordTiming(label+"kubectl delete -k --wait=false, kubedevice cleanup, the CRDs gone", time.Since(start))
+			expectNoKubedeviceTraces(ctx)
+		}
+	}
+
 	start := time.Now()
 	_, err := kubectl(ctx, "delete", "-k", overlay("gopher"), "--ignore-not-found", "--wait")
 	Expect(err).NotTo(HaveOccurred())
-	_, err = kubectl(ctx, "delete", "daemonset", agentDaemonSet, "-n", kubedeviceNamespace, "--ignore-not-found", "--wait")
-	Expect(err).NotTo(HaveOccurred())
 	waitForNoAgent(ctx)
 	if crdExists(ctx, kubedeviceCRDs[0]) {
-		_, err = kubectl(ctx, "delete", "nodedevices", "--all", "--wait")
-		Expect(err).NotTo(HaveOccurred())
-		_, err = kubectl(ctx, "delete", "deviceallocations", "--all", "--all-namespaces", "--wait")
-		Expect(err).NotTo(HaveOccurred())
-	}
-	if _, err := helm(ctx, "status", helmRelease, "--namespace", kubedeviceNamespace); err == nil {
-		out, err := helm(ctx, "uninstall", helmRelease, "--namespace", kubedeviceNamespace, "--wait")
-		Expect(err).NotTo(HaveOccurred())
-		GinkgoWriter.Printf("helm uninstall:\n%s", out)
+		// What an interrupted run left, or the NodeDevices an agent wrote after the cleanup.
+		cleanUp(ctx, "--force")
 	}
 	_, err = kubectl(ctx, "delete", "-k", overlay("kubedevice"), "--ignore-not-found", "--wait")
 	Expect(err).NotTo(HaveOccurred())
@@ -276,25 +312,40 @@ func uninstall(ctx context.Context, label string) {
 			_, err := clientset.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s: %v", ns, err)
 		}
-		// After an install (not what an interrupted run left), the controller zeroed the node's
-		// gophers before it let the NodeDevice go: no pod is scheduled for a gopher that nothing
-		// would deliver.
-		n, err := clientset.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		for _, list := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
-			if q, ok := list[gopherResource]; ok && label != "" {
-				g.Expect(q.IsZero()).To(BeTrue(), "the node still offers %s %s", q.String(), gopherResource)
-			}
-		}
 		policies, err := clientset.AdmissionregistrationV1().MutatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 		for _, p := range policies.Items {
 			g.Expect(p.Name).NotTo(HavePrefix("kubedevice"), "a mutating admission policy of kubedevice is left")
 		}
 	}).Should(Succeed())
+	if label != "" {
+		expectNoKubedeviceTraces(ctx)
+	}
 	Expect(os.RemoveAll(gophersDir(renderedGopherDaemonSet(ctx)))).To(Succeed())
 	if label != "" {
-		recordTiming(label+"uninstall: plugin, agents, NodeDevices, the rest", time.Since(start))
+		recordTiming(label+"then the Gopher plugin, the CRDs and the namespace", time.Since(start))
+	}
+}
+
+// cleanUp runs `kubedevice cleanup` (the static binary built for the image) against the cluster.
+func cleanUp(ctx context.Context, extra ...string) {
+	out, err := run(ctx, nil, imageBin("kubedevice"), append([]string{"cleanup", "--kubeconfig", kubeconfig,
+		"--lease-namespace", kubedeviceNamespace, "--timeout", "1m"}, extra...)...)
+	Expect(err).NotTo(HaveOccurred())
+	GinkgoWriter.Printf("kubedevice cleanup: %s", out)
+}
+
+// expectNoKubedeviceTraces checks what an uninstall must leave: the node offers no gopher, neither
+// in its capacity nor in its allocatable (not even as 0), and no NodeDevice is left.
+func expectNoKubedeviceTraces(ctx context.Context) {
+	n, err := clientset.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(n.Status.Capacity).NotTo(HaveKey(corev1.ResourceName(gopherResource)), "the node's capacity")
+	Expect(n.Status.Allocatable).NotTo(HaveKey(corev1.ResourceName(gopherResource)), "the node's allocatable")
+	if crdExists(ctx, kubedeviceCRDs[0]) {
+		list := &kdv1alpha1.NodeDeviceList{}
+		Expect(kd.List(ctx, list)).To(Succeed())
+		Expect(list.Items).To(BeEmpty(), "NodeDevices left")
 	}
 }
 
