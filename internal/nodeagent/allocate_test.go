@@ -670,9 +670,13 @@ func TestPreStartContainer(t *testing.T) {
 	tm := newAllocManager(t)
 	pre := startPlugin(t, tm, "r1.sock", res1, true, false, healthy("dev1", "dev2", "dev3")...)
 	plain := startPlugin(t, tm, "r2.sock", res2, false, false, healthy("other1")...)
-	if !tm.PreStartRequired(res1) || tm.PreStartRequired(res2) || tm.PreStartRequired("example.com/none") {
-		t.Errorf("PreStartRequired(%s, %s, none) = %t, %t, %t; want true, false, false", res1, res2,
-			tm.PreStartRequired(res1), tm.PreStartRequired(res2), tm.PreStartRequired("example.com/none"))
+	for _, tc := range []struct {
+		resource        string
+		required, known bool
+	}{{res1, true, true}, {res2, false, true}, {"example.com/none", false, false}} {
+		if required, known := tm.PreStartRequired(tc.resource); required != tc.required || known != tc.known {
+			t.Errorf("PreStartRequired(%s) = %t, %t; want %t, %t", tc.resource, required, known, tc.required, tc.known)
+		}
 	}
 	pod := makePod("p").container("c", req{res1, 2}, req{res2, 1}).obj()
 	c := &pod.Spec.Containers[0]

@@ -79,15 +79,19 @@ func (m *Manager) PreStartContainer(ctx context.Context, pod *v1.Pod, container 
 }
 
 // PreStartRequired reports whether the plugin serving resource asked for
-// PreStartContainer before each start of a container holding its devices.
-// It is false for a resource whose plugin has not registered since the
-// checkpoint restored it (no options yet), as the kubelet's endpoint restored
-// from its checkpoint; a disconnected plugin keeps the options it had.
-func (m *Manager) PreStartRequired(resource string) bool {
+// PreStartContainer before each start of a container holding its devices,
+// and whether that is known: not for an unknown resource, nor for one whose
+// plugin has not registered since the checkpoint restored it (no options
+// yet; PreStartContainer skips it then, as the kubelet's endpoint restored
+// from its checkpoint). A disconnected plugin keeps the options it had.
+func (m *Manager) PreStartRequired(resource string) (required, known bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.resources[resource]
-	return r != nil && r.primary.opts().GetPreStartRequired()
+	if r == nil || r.primary.opts() == nil {
+		return false, false
+	}
+	return r.primary.opts().GetPreStartRequired(), true
 }
 
 func (m *Manager) preStartContainer(ctx context.Context, uid string, reqs []deviceRequest, container string) error {
