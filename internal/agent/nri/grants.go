@@ -120,13 +120,29 @@ func (g *Grants) Fail(namespace, name, uid, container, message string) bool {
 	return changed
 }
 
-// Wants reports whether the agent should call PreStartContainer for container now, where ended
-// identifies the container that ended and that the kubelet will restart, as the pod's status
-// shows it (empty: none). It does when a creation asked for it or the last call failed, and when
-// a container ended whose restart no call prepared yet; but not when the runtime already created
-// a container newer than the one that ended (a status that lags behind must not prepare a start
-// that happened: the container is running).
-func (g *Grants) Wants(uid, container, ended string) bool {
+// Cause says why the agent should call PreStartContainer for a container.
+type Cause string
+
+// The causes of Wants.
+const (
+	// CauseNone: no call is needed.
+	CauseNone Cause = ""
+	// CauseCreation: a creation of the container was refused for want of a grant.
+	CauseCreation Cause = "creation"
+	// CauseRetry: the last call failed.
+	CauseRetry Cause = "retry"
+	// CauseRestart: the container ended, the kubelet will restart it, and no call prepared
+	// that restart yet.
+	CauseRestart Cause = "restart"
+)
+
+// Wants says whether, and why, the agent should call PreStartContainer for container now, where
+// ended identifies the container that ended and that the kubelet will restart, as the pod's
+// status shows it (empty: none). It should when a creation asked for it or the last call failed,
+// and when a container ended whose restart no call prepared yet; but not when the runtime already
+// admitted a container newer than the one that ended: a status that lags behind must not prepare
+// a start that happened, while the container runs.
+func (g *Grants) Wants(uid, container, ended string) Cause {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	var c *grant
@@ -134,15 +150,30 @@ func (g *Grants) Wants(uid, container, ended string) bool {
 		c = p.containers[container]
 	}
 	switch {
+	case c == nil && ended != "":
+		return CauseRestart
 	case c == nil:
-		return ended != ""
+		return CauseNone
+	case c.requested && c.failure != "":
+		return CauseRetry
 	case c.requested:
-		return true
+		return CauseCreation
 	case ended == "" || ended == c.preparedFor:
-		return false
+		return CauseNone
+	case c.admitted == "" || c.admitted == ended:
+		return CauseRestart
 	default:
-		return c.admitted == "" || c.admitted == ended
+		return CauseNone
 	}
+}
+
+// Has reports whether anything is recorded for container: a grant, a creation, a request or a
+// failure.
+func (g *Grants) Has(uid, container string) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	p := g.pods[uid]
+	return p != nil && p.containers[container] != nil
 }
 
 // Forget drops the grants of the pods recorded under namespace/name, except the one with UID keep

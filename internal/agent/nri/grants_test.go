@@ -86,12 +86,12 @@ func TestCreateContainerWithPreStart(t *testing.T) {
 	}
 
 	refused("app", "c1", notRunYet)
-	if !grants.Wants("ready", "app", "") {
-		t.Error("a refused creation did not ask for PreStartContainer")
+	if got := grants.Wants("ready", "app", ""); got != CauseCreation {
+		t.Errorf("Wants after a refused creation: got %q, want %q", got, CauseCreation)
 	}
 	grants.Grant("ns", "trainer", "ready", "app", "")
-	if grants.Wants("ready", "app", "") {
-		t.Error("a granted container still asks for PreStartContainer")
+	if got := grants.Wants("ready", "app", ""); got != CauseNone {
+		t.Errorf("Wants of a granted container: got %q, want none", got)
 	}
 	injected("app", "c2")
 	injected("app", "c2")
@@ -126,13 +126,13 @@ func TestGrantsWants(t *testing.T) {
 		name  string
 		setup func(t *testing.T, g *Grants, p *plugin)
 		ended string
-		want  bool
+		want  Cause
 	}{{
 		name: "nothing recorded, nothing ended",
 	}, {
 		name:  "nothing recorded (an agent restart), a container ended",
 		ended: "c1",
-		want:  true,
+		want:  CauseRestart,
 	}, {
 		name:  "granted for the first start, nothing ended",
 		setup: func(_ *testing.T, g *Grants, _ *plugin) { g.Grant("ns", "p", uid, ctr, "") },
@@ -143,7 +143,7 @@ func TestGrantsWants(t *testing.T) {
 			mustAdmit(t, p, "c1")
 		},
 		ended: "c1",
-		want:  true,
+		want:  CauseRestart,
 	}, {
 		name: "the restart of the ended container is prepared",
 		setup: func(t *testing.T, g *Grants, p *plugin) {
@@ -153,9 +153,9 @@ func TestGrantsWants(t *testing.T) {
 		},
 		ended: "c1",
 	}, {
-		name: "a status that lags behind: the restart was created and runs",
+		name: "a status that lags behind: a container newer than the ended one was created and runs",
 		setup: func(t *testing.T, g *Grants, p *plugin) {
-			g.Grant("ns", "p", uid, ctr, "c0")
+			g.Grant("ns", "p", uid, ctr, "")
 			mustAdmit(t, p, "c1")
 		},
 		ended: "c0",
@@ -166,7 +166,7 @@ func TestGrantsWants(t *testing.T) {
 				t.Fatal("a creation without a grant was admitted")
 			}
 		},
-		want: true,
+		want: CauseCreation,
 	}, {
 		name: "the last call failed",
 		setup: func(_ *testing.T, g *Grants, _ *plugin) {
@@ -174,7 +174,7 @@ func TestGrantsWants(t *testing.T) {
 			g.Fail("ns", "p", uid, ctr, "failed")
 		},
 		ended: "c0",
-		want:  true,
+		want:  CauseRetry,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, p := grantedPlugin(uid, ctr)
@@ -182,7 +182,7 @@ func TestGrantsWants(t *testing.T) {
 				tc.setup(t, g, p)
 			}
 			if got := g.Wants(uid, ctr, tc.ended); got != tc.want {
-				t.Errorf("Wants(%q): got %t, want %t", tc.ended, got, tc.want)
+				t.Errorf("Wants(%q): got %q, want %q", tc.ended, got, tc.want)
 			}
 		})
 	}
@@ -194,7 +194,7 @@ func TestGrantsForget(t *testing.T) {
 	g.Grant("ns", "web", "new", "app", "")
 	g.Grant("ns", "db", "other", "app", "")
 	g.Forget("ns", "web", "new")
-	if g.Len() != 2 || !g.Wants("old", "app", "c1") || g.Wants("new", "app", "") {
+	if g.Len() != 2 || !g.Has("new", "app") || g.Has("old", "app") || !g.Has("other", "app") {
 		t.Fatalf("after forgetting ns/web but the new pod: %d pods, want 2", g.Len())
 	}
 	g.Forget("ns", "web", "")
@@ -232,7 +232,7 @@ func TestGrantsConcurrent(t *testing.T) {
 			case <-asked:
 				// As the agent does: call PreStartContainer (here: nothing) unless a grant
 				// awaits its creation.
-				if g.Wants("uid", "app", "") {
+				if g.Wants("uid", "app", "") != CauseNone {
 					granted++
 					g.Grant("ns", "p", "uid", "app", "")
 				}
