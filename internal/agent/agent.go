@@ -5,16 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent/nri"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
 )
@@ -45,11 +50,17 @@ type Agent struct {
 
 	// injection gives containers their devices at creation (RuntimeInjectionNRI).
 	injection injection
+	// grants record the PreStartContainer calls made ahead of container starts, which the NRI
+	// hook admits containers by (with RuntimeInjectionNone, only to prepare each restart once).
+	grants *nri.Grants
+	// preStartQueue is the PreStartContainer controller's queue, once it runs.
+	preStartQueue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 }
 
 // Setup adds the agent to mgr: the start-up runnable that restores the core's checkpoint and
 // starts it, the NRI plugin (with RuntimeInjectionNRI), the pod controller that allocates and
-// frees devices and mirrors DeviceAllocations, the NodeDevice mirror, and the Lease. The manager's cache must be built with
+// frees devices and mirrors DeviceAllocations, the controller that calls PreStartContainer ahead
+// of container restarts, the NodeDevice mirror, and the Lease. The manager's cache must be built with
 // CacheOptions(opts.NodeName), and the field indexes of package indexer registered on it
 // (indexer.Setup). The agent starts and stops dm; it must not have been started.
 func Setup(mgr ctrl.Manager, dm DeviceManager, opts Options) (*Agent, error) {
@@ -66,6 +77,7 @@ func Setup(mgr ctrl.Manager, dm DeviceManager, opts Options) (*Agent, error) {
 		clock:     opts.Clock,
 		ready:     make(chan struct{}),
 	}
+	a.grants = nri.NewGrants(a.requestPreStart)
 	if err := mgr.Add(startup{a}); err != nil {
 		return nil, fmt.Errorf("adding the agent's start-up: %w", err)
 	}
@@ -74,6 +86,9 @@ func Setup(mgr ctrl.Manager, dm DeviceManager, opts Options) (*Agent, error) {
 	}
 	if err := (&podReconciler{Agent: a}).setupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the pod controller: %w", err)
+	}
+	if err := (&preStartReconciler{Agent: a}).setupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the PreStartContainer controller: %w", err)
 	}
 	if err := (&nodeDeviceReconciler{Agent: a}).setupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the NodeDevice mirror: %w", err)
@@ -188,7 +203,8 @@ func (s startup) rebuild(ctx context.Context, restoreErr error, corrupt *checkpo
 }
 
 // restoreCordons hands the cordons of every NodeDevice of the node to the core, before anything
-// is allocated; the NodeDevice mirror keeps them current afterwards.
+// is allocated, and records which resources' plugins required PreStartContainer; the NodeDevice
+// mirror keeps both current afterwards.
 func (s startup) restoreCordons(ctx context.Context) error {
 	list := &kdv1alpha1.NodeDeviceList{}
 	if err := s.client.List(ctx, list); err != nil {
@@ -203,6 +219,14 @@ func (s startup) restoreCordons(ctx context.Context) error {
 	for resource, objs := range byResource {
 		if ids := cordonedIDs(objs); len(ids) > 0 {
 			s.dm.SetCordons(resource, ids)
+		}
+		// The plugin's options are not in the checkpoint: until it registers again, its
+		// containers need PreStartContainer if it asked for it before the restart. A call
+		// before it is back fails (stopped endpoint), so a creation waits for it.
+		if slices.ContainsFunc(objs, func(nd kdv1alpha1.NodeDevice) bool {
+			return nd.Status.Plugin != nil && nd.Status.Plugin.PreStartRequired
+		}) {
+			s.grants.SetRequired(resource, true)
 		}
 	}
 	return nil

@@ -28,12 +28,12 @@ const (
 )
 
 // deviceAllocationStatus computes the status of pod's DeviceAllocation: what alloc (nil when the
-// pod holds nothing) says its containers hold, in the pod's order, init containers first; the
-// runtime options of opts for the containers it lists, else those alloc recorded; and the
-// Allocated condition at generation, False with the core's reason and message when allocErr is
-// not nil. Transition times already recorded in current are kept while the status holds.
-func deviceAllocationStatus(pod *corev1.Pod, alloc *nodeagent.PodAllocation, opts map[string]*poddevices.RunContainerOptions,
-	allocErr error, current *kdv1alpha1.DeviceAllocation, generation int64, now time.Time) kdv1alpha1.DeviceAllocationStatus {
+// pod holds nothing) says its containers hold, in the pod's order, init containers first, with
+// the runtime options alloc recorded; and the Allocated condition at generation, False with the
+// core's reason and message when allocErr is not nil. Transition times already recorded in
+// current are kept while the status holds.
+func deviceAllocationStatus(pod *corev1.Pod, alloc *nodeagent.PodAllocation, allocErr error,
+	current *kdv1alpha1.DeviceAllocation, generation int64, now time.Time) kdv1alpha1.DeviceAllocationStatus {
 	var st kdv1alpha1.DeviceAllocationStatus
 	if alloc != nil {
 		byName := make(map[string]nodeagent.ContainerAllocation, len(alloc.Containers))
@@ -46,7 +46,7 @@ func deviceAllocationStatus(pod *corev1.Pod, alloc *nodeagent.PodAllocation, opt
 				continue
 			}
 			delete(byName, name)
-			st.Containers = append(st.Containers, containerAllocation(c, opts))
+			st.Containers = append(st.Containers, containerAllocation(c))
 		}
 		// Containers the pod spec does not name (it cannot change, so this is defensive) last,
 		// by name.
@@ -56,7 +56,7 @@ func deviceAllocationStatus(pod *corev1.Pod, alloc *nodeagent.PodAllocation, opt
 		}
 		slices.Sort(rest)
 		for _, name := range rest {
-			st.Containers = append(st.Containers, containerAllocation(byName[name], opts))
+			st.Containers = append(st.Containers, containerAllocation(byName[name]))
 		}
 	}
 	st.Summary = summary(st.Containers)
@@ -106,8 +106,10 @@ func deviceAllocationStatusUpToDate(current *kdv1alpha1.DeviceAllocation, want k
 	return equality.Semantic.DeepEqual(got, w)
 }
 
-// preStartDone reports whether current records, as allocated, the devices want lists: the plugin
-// calls made when the devices were allocated (PreStartContainer) need not be made again.
+// preStartDone reports whether current records, as allocated, the devices want lists: the
+// PreStartContainer calls made for the first start of the containers when the devices were
+// allocated need not be made again (after an agent restart, the containers may run; the next
+// starts are prepared by the PreStartContainer controller).
 func preStartDone(current *kdv1alpha1.DeviceAllocation, want kdv1alpha1.DeviceAllocationStatus) bool {
 	if current == nil || !meta.IsStatusConditionTrue(current.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated) {
 		return false
@@ -128,7 +130,7 @@ func containerOrder(pod *corev1.Pod) []string {
 	return names
 }
 
-func containerAllocation(c nodeagent.ContainerAllocation, opts map[string]*poddevices.RunContainerOptions) kdv1alpha1.ContainerAllocation {
+func containerAllocation(c nodeagent.ContainerAllocation) kdv1alpha1.ContainerAllocation {
 	out := kdv1alpha1.ContainerAllocation{Name: c.Name}
 	for _, r := range c.Resources {
 		ids := slices.Clone(r.DeviceIDs)
@@ -140,11 +142,7 @@ func containerAllocation(c nodeagent.ContainerAllocation, opts map[string]*podde
 		})
 	}
 	slices.SortFunc(out.Resources, func(a, b kdv1alpha1.ResourceAllocation) int { return strings.Compare(a.ResourceName, b.ResourceName) })
-	o := c.RuntimeOptions
-	if given, ok := opts[c.Name]; ok {
-		o = given
-	}
-	out.RuntimeOptions = apiRuntimeOptions(o)
+	out.RuntimeOptions = apiRuntimeOptions(c.RuntimeOptions)
 	return out
 }
 

@@ -34,7 +34,7 @@ func TestDeviceAllocationStatus(t *testing.T) {
 		{Name: "init", Resources: []nodeagent.ResourceAllocation{{ResourceName: testResource, DeviceIDs: []string{"dev-0"}}}},
 	}}
 
-	st := deviceAllocationStatus(pod, alloc, nil, nil, nil, 1, t1)
+	st := deviceAllocationStatus(pod, alloc, nil, nil, 1, t1)
 	want := kdv1alpha1.DeviceAllocationStatus{
 		Summary: "acme.io/fpga=f-0;example.com/gopher=dev-0,dev-1",
 		Containers: []kdv1alpha1.ContainerAllocation{
@@ -59,18 +59,12 @@ func TestDeviceAllocationStatus(t *testing.T) {
 		t.Errorf("status (-want +got):\n%s", diff)
 	}
 
-	// Options from GetDeviceRunContainerOptions take the place of the recorded ones.
-	st = deviceAllocationStatus(pod, alloc, map[string]*poddevices.RunContainerOptions{"app": {Envs: []poddevices.EnvVar{{Name: "X", Value: "1"}}}}, nil, nil, 1, t1)
-	if got := st.Containers[1].RuntimeOptions; got == nil || len(got.Envs) != 1 || got.Envs[0].Name != "X" {
-		t.Errorf("runtime options of app = %+v, want the given ones", got)
-	}
-
 	// The same status later keeps its transition time and is up to date.
 	current := &kdv1alpha1.DeviceAllocation{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: *want.DeepCopy()}
 	current.Status.Conditions = append(current.Status.Conditions, metav1.Condition{
 		Type: kdv1alpha1.DeviceAllocationConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", LastTransitionTime: metav1.Now(),
 	})
-	again := deviceAllocationStatus(pod, alloc, nil, nil, current, 1, t1.Add(3600e9))
+	again := deviceAllocationStatus(pod, alloc, nil, current, 1, t1.Add(3600e9))
 	if !deviceAllocationStatusUpToDate(current, again) {
 		t.Errorf("an unchanged allocation is not up to date:\n%s", cmp.Diff(current.Status, again))
 	}
@@ -82,7 +76,7 @@ func TestDeviceAllocationStatus(t *testing.T) {
 func TestDeviceAllocationStatusRefused(t *testing.T) {
 	pod := testutil.MakePod("p", "ns").Node("n1").Request(testResource, 5).Obj()
 	err := &nodeagent.AllocationError{Reason: nodeagent.AllocationInsufficientDevices, Err: errors.New("requested number of devices unavailable for example.com/gopher. Requested: 5, Available: 4")}
-	st := deviceAllocationStatus(pod, nil, nil, err, nil, 1, t1)
+	st := deviceAllocationStatus(pod, nil, err, nil, 1, t1)
 	if st.Summary != "" || len(st.Containers) != 0 {
 		t.Errorf("a refused pod lists devices: %+v", st)
 	}
@@ -94,7 +88,7 @@ func TestDeviceAllocationStatusRefused(t *testing.T) {
 		t.Errorf("conditions (-want +got):\n%s", diff)
 	}
 	// Any other error is AllocateFailed.
-	st = deviceAllocationStatus(pod, nil, nil, errors.New("rpc error"), nil, 1, t1)
+	st = deviceAllocationStatus(pod, nil, errors.New("rpc error"), nil, 1, t1)
 	if got := st.Conditions[0].Reason; got != kdv1alpha1.ReasonAllocateFailed {
 		t.Errorf("reason for a plain error = %s, want %s", got, kdv1alpha1.ReasonAllocateFailed)
 	}
@@ -132,7 +126,7 @@ func TestPodAllocationOfRoundTrip(t *testing.T) {
 		},
 	}}}
 	da := newDeviceAllocation(pod)
-	da.Status = deviceAllocationStatus(pod, &alloc, nil, nil, nil, 1, t1)
+	da.Status = deviceAllocationStatus(pod, &alloc, nil, nil, 1, t1)
 	got, ok := podAllocationOf(da)
 	if !ok {
 		t.Fatal("an allocated DeviceAllocation was not rebuilt")
@@ -144,7 +138,7 @@ func TestPodAllocationOfRoundTrip(t *testing.T) {
 	released := da.DeepCopy()
 	released.Status = releasedStatus(da, kdv1alpha1.ReasonPodTerminated, "done", t1)
 	refused := da.DeepCopy()
-	refused.Status = deviceAllocationStatus(pod, nil, nil, errors.New("no"), nil, 1, t1)
+	refused.Status = deviceAllocationStatus(pod, nil, errors.New("no"), nil, 1, t1)
 	if got := podAllocationsOf([]kdv1alpha1.DeviceAllocation{*da, *released, *refused}); len(got) != 1 {
 		t.Errorf("rebuilt %d allocations, want only the live one", len(got))
 	}

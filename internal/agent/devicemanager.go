@@ -6,7 +6,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
-	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
 
 // DeviceManager is what the agent uses of the device manager core, *nodeagent.Manager.
@@ -27,7 +26,10 @@ type DeviceManager interface {
 	SetCordons(resource string, ids []string)
 
 	AllocatePod(ctx context.Context, pod *corev1.Pod) error
-	GetDeviceRunContainerOptions(ctx context.Context, pod *corev1.Pod, container *corev1.Container) (*poddevices.RunContainerOptions, error)
+	// PreStartContainer prepares one start of container (the kubelet calls it at each start);
+	// PreStartRequired says whether resource's plugin asks for it, once the plugin said.
+	PreStartContainer(ctx context.Context, pod *corev1.Pod, container *corev1.Container) error
+	PreStartRequired(resource string) (required, known bool)
 	UpdateAllocatedDevices(ctx context.Context, activePods []*corev1.Pod) error
 	PodAllocation(podUID string) (nodeagent.PodAllocation, bool)
 	PodsHolding(namespace, name string) []string

@@ -14,7 +14,6 @@ import (
 
 	"github.com/kubedevice/kubedevice/internal/agent/nri"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
-	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
 
 // mirrorPodAnnotation is the kubelet's annotation on a static pod's mirror pod: the static pod's
@@ -44,7 +43,7 @@ func (a *Agent) setupInjection(mgr ctrl.Manager) error {
 	}
 	a.injection.index = nri.NewIndex(a.opts.NRI.HostRoot)
 	a.injection.served = map[string]bool{}
-	a.injection.runner = nri.NewRunner(a.opts.NRI, a.injection.index, nil, podChecker{a})
+	a.injection.runner = nri.NewRunner(a.opts.NRI, a.injection.index, a.grants, podChecker{a})
 	if err := mgr.Add(injectionRunner{a}); err != nil {
 		return fmt.Errorf("adding the NRI plugin: %w", err)
 	}
@@ -104,9 +103,9 @@ func (a *Agent) serves(resource string) bool {
 }
 
 // recordInjection tells the NRI plugin what pod's containers get, after an allocation: nothing
-// (alloc nil), its devices (opts, else the runtime options alloc recorded), or a refusal while
-// err says why the devices are not ready.
-func (a *Agent) recordInjection(pod *corev1.Pod, alloc *nodeagent.PodAllocation, opts map[string]*poddevices.RunContainerOptions, err error) {
+// (alloc nil), its devices (the runtime options alloc recorded), or a refusal while err says why
+// the devices are not ready.
+func (a *Agent) recordInjection(pod *corev1.Pod, alloc *nodeagent.PodAllocation, err error) {
 	x := a.injection.index
 	if x == nil {
 		return
@@ -121,14 +120,7 @@ func (a *Agent) recordInjection(pod *corev1.Pod, alloc *nodeagent.PodAllocation,
 	default:
 		containers := make(map[string]nri.Container, len(alloc.Containers))
 		for _, c := range alloc.Containers {
-			ic := nri.Container{Options: c.RuntimeOptions, Resources: make([]string, 0, len(c.Resources))}
-			if o := opts[c.Name]; o != nil {
-				ic.Options = o
-			}
-			for _, r := range c.Resources {
-				ic.Resources = append(ic.Resources, r.ResourceName)
-			}
-			containers[c.Name] = ic
+			containers[c.Name] = nri.Container{Options: c.RuntimeOptions, Resources: resourceNames(c)}
 		}
 		x.SetReady(uid, pod.Namespace, pod.Name, containers)
 	}
@@ -141,18 +133,17 @@ func (a *Agent) recordNotReady(pod *corev1.Pod, reason string) {
 	}
 }
 
-// forgetInjection drops what the NRI plugin knows of the pods named key, except active (nil: all
-// of them).
+// forgetInjection drops what the NRI plugin and the PreStartContainer grants know of the pods
+// named key, except active (nil: all of them).
 func (a *Agent) forgetInjection(key types.NamespacedName, active *corev1.Pod) {
-	x := a.injection.index
-	if x == nil {
-		return
-	}
 	keep := ""
 	if active != nil {
 		keep = runtimeUID(active)
 	}
-	x.Forget(key.Namespace, key.Name, keep)
+	a.grants.Forget(key.Namespace, key.Name, keep)
+	if x := a.injection.index; x != nil {
+		x.Forget(key.Namespace, key.Name, keep)
+	}
 }
 
 // runtimeUID is the UID the container runtime knows pod by: a mirror pod's static pod UID, else

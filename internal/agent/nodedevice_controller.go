@@ -80,6 +80,11 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, err
 	}
 	resource := req.Name
+	// Before any wait: the NRI hook admits containers by it. A resource restored from the
+	// checkpoint keeps what its NodeDevice said (startup) until its plugin registers again.
+	if required, known := r.dm.PreStartRequired(resource); known {
+		r.grants.SetRequired(resource, required)
+	}
 	if wait := r.writeWait(resource); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
@@ -99,6 +104,9 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	r.setCordons(resource, cordonedIDs(existing))
 	snap, ok := r.dm.Snapshot(resource)
 	r.setServed(resource, ok)
+	if !ok {
+		r.grants.SetRequired(resource, false)
+	}
 	if !ok {
 		r.forgetCordons(resource)
 		for i := range existing {

@@ -29,7 +29,6 @@ import (
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
-	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
 )
 
@@ -127,7 +126,7 @@ func (r *podReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, nil
 	}
 	if len(requestedResources(pod)) == 0 {
-		r.recordInjection(pod, nil, nil, nil)
+		r.recordInjection(pod, nil, nil)
 		return reconcile.Result{}, nil
 	}
 	ctx = log.IntoContext(ctx, lg.WithValues("pod", klog.KObj(pod), "podUID", pod.UID))
@@ -144,7 +143,7 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 			if slices.ContainsFunc(requestedResources(pod), r.serves) {
 				r.recordNotReady(pod, "the pod is being deleted; its devices were never allocated")
 			} else {
-				r.recordInjection(pod, nil, nil, nil)
+				r.recordInjection(pod, nil, nil)
 			}
 			return reconcile.Result{}, nil
 		}
@@ -154,7 +153,7 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 	alloc, held := r.dm.PodAllocation(string(pod.UID))
 	if allocErr == nil && !held && current == nil {
 		// The pod holds nothing from a device plugin: nothing to record.
-		r.recordInjection(pod, nil, nil, nil)
+		r.recordInjection(pod, nil, nil)
 		return reconcile.Result{}, nil
 	}
 	var allocPtr *nodeagent.PodAllocation
@@ -164,10 +163,10 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 	now := r.clock.Now()
 	upToDate := func(current *kdv1alpha1.DeviceAllocation) bool {
 		return current != nil && deviceAllocationMetaUpToDate(current, pod) &&
-			deviceAllocationStatusUpToDate(current, deviceAllocationStatus(pod, allocPtr, nil, allocErr, current, current.Generation, now))
+			deviceAllocationStatusUpToDate(current, deviceAllocationStatus(pod, allocPtr, allocErr, current, current.Generation, now))
 	}
 	if upToDate(current) {
-		r.recordInjection(pod, allocPtr, nil, allocErr)
+		r.recordInjection(pod, allocPtr, allocErr)
 		return r.allocated(ctx, req, allocErr)
 	}
 	// The cache may not have seen the agent's own last write yet: decide on the object as the
@@ -177,7 +176,7 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 		return reconcile.Result{}, err
 	}
 	if upToDate(current) {
-		r.recordInjection(pod, allocPtr, nil, allocErr)
+		r.recordInjection(pod, allocPtr, allocErr)
 		return r.allocated(ctx, req, allocErr)
 	}
 
@@ -185,17 +184,14 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 	if current != nil {
 		generation = current.Generation
 	}
-	var opts map[string]*poddevices.RunContainerOptions
-	if want := deviceAllocationStatus(pod, allocPtr, nil, allocErr, current, generation, now); allocErr == nil && !preStartDone(current, want) {
-		// Newly allocated: the runtime options come from GetDeviceRunContainerOptions, which
-		// calls the plugins' PreStartContainer where they ask for it.
-		if opts, err = r.runContainerOptions(ctx, pod, want.Containers); err != nil {
-			allocErr = err
-		}
+	if want := deviceAllocationStatus(pod, allocPtr, allocErr, current, generation, now); allocErr == nil && !preStartDone(current, want) {
+		// Newly allocated: prepare the first start of the containers whose plugin requires
+		// PreStartContainer.
+		r.preStartAllocated(ctx, pod, alloc)
 	}
 	// The devices are allocated and prepared (or refused): containers may be created with them,
 	// whether or not the API server takes the DeviceAllocation.
-	r.recordInjection(pod, allocPtr, opts, allocErr)
+	r.recordInjection(pod, allocPtr, allocErr)
 	if current == nil || !deviceAllocationMetaUpToDate(current, pod) {
 		gen, err := applyObject(ctx, r.client, deviceAllocationGVK, newDeviceAllocation(pod))
 		if err != nil {
@@ -203,7 +199,7 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 		}
 		generation = gen
 	}
-	want := deviceAllocationStatus(pod, allocPtr, opts, allocErr, current, generation, now)
+	want := deviceAllocationStatus(pod, allocPtr, allocErr, current, generation, now)
 	if !deviceAllocationStatusUpToDate(current, want) {
 		da := &kdv1alpha1.DeviceAllocation{
 			ObjectMeta: metav1.ObjectMeta{Name: DeviceAllocationName(pod.Name, string(pod.UID)), Namespace: pod.Namespace},
@@ -253,21 +249,30 @@ func (r *podReconciler) freshAllocation(ctx context.Context, pod *corev1.Pod) (*
 	return da, nil
 }
 
-// runContainerOptions asks the core for the runtime options of every container listed.
-func (r *podReconciler) runContainerOptions(ctx context.Context, pod *corev1.Pod, containers []kdv1alpha1.ContainerAllocation) (map[string]*poddevices.RunContainerOptions, error) {
-	opts := make(map[string]*poddevices.RunContainerOptions, len(containers))
-	for _, ca := range containers {
+// preStartAllocated calls PreStartContainer for the first start of each container of a newly
+// allocated pod whose plugin requires it, as the kubelet does before that start, and records the
+// grants the NRI hook admits the containers by. A container that already has a record (the
+// DeviceAllocation write failed after an earlier call) is left to the PreStartContainer
+// controller: it may run. A failed call does not fail the allocation: the container's creation
+// waits while the PreStartContainer controller retries it.
+func (r *podReconciler) preStartAllocated(ctx context.Context, pod *corev1.Pod, alloc nodeagent.PodAllocation) {
+	uid := runtimeUID(pod)
+	for _, ca := range alloc.Containers {
+		resources := resourceNames(ca)
+		for _, res := range resources {
+			// The core says it first: the NodeDevice mirror records it a moment later.
+			if required, known := r.dm.PreStartRequired(res); known {
+				r.grants.SetRequired(res, required)
+			}
+		}
 		c := containerNamed(pod, ca.Name)
-		if c == nil {
+		if c == nil || !r.grants.Required(resources) || r.grants.Has(uid, c.Name) {
 			continue
 		}
-		o, err := r.dm.GetDeviceRunContainerOptions(ctx, pod, c)
-		if err != nil {
-			return nil, fmt.Errorf("getting the run options of container %q: %w", c.Name, err)
+		if !r.preStart(ctx, pod, c, preStartAllocation, "") {
+			r.requestPreStart(pod.Namespace, pod.Name)
 		}
-		opts[c.Name] = o
 	}
-	return opts, nil
 }
 
 // release marks da Released and deletes it: two writes, so that a watcher sees why it went. It
@@ -437,21 +442,25 @@ func conditionChanged(current *kdv1alpha1.DeviceAllocation, want kdv1alpha1.Devi
 // device plugin may serve.
 func requestedResources(pod *corev1.Pod) []string {
 	var out []string
-	add := func(c *corev1.Container) {
-		for name, q := range c.Resources.Limits {
-			if !q.IsZero() && registration.IsExtendedResourceName(string(name)) {
-				out = append(out, string(name))
-			}
-		}
-	}
 	for i := range pod.Spec.InitContainers {
-		add(&pod.Spec.InitContainers[i])
+		out = append(out, containerResources(&pod.Spec.InitContainers[i])...)
 	}
 	for i := range pod.Spec.Containers {
-		add(&pod.Spec.Containers[i])
+		out = append(out, containerResources(&pod.Spec.Containers[i])...)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// containerResources returns the extended resources c limits, unsorted.
+func containerResources(c *corev1.Container) []string {
+	var out []string
+	for name, q := range c.Resources.Limits {
+		if !q.IsZero() && registration.IsExtendedResourceName(string(name)) {
+			out = append(out, string(name))
+		}
+	}
+	return out
 }
 
 func containerNamed(pod *corev1.Pod, name string) *corev1.Container {
