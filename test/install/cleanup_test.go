@@ -88,6 +88,15 @@ func TestCleanupHook(t *testing.T) {
 			if got := flags(c)["lease-namespace"]; got != ns {
 				t.Errorf("the Job looks for the controller's Lease in %q, want the release namespace %q", got, ns)
 			}
+			// cmd/kubedevice links envtest (kubedevice dev), which creates /tmp/kubebuilder-envtest
+			// as the program starts: on a read-only root it panics unless /tmp is a volume.
+			tmp := false
+			for _, m := range c.VolumeMounts {
+				tmp = tmp || (m.MountPath == "/tmp" && !m.ReadOnly)
+			}
+			if !tmp {
+				t.Error("the Job's container has a read-only root and no writable /tmp")
+			}
 			if job.Spec.Template.Labels[noInjectionGateLabel] != "true" {
 				t.Errorf("the Job's pods lack %s=true: they must start without the agent", noInjectionGateLabel)
 			}
