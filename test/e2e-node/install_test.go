@@ -260,6 +260,11 @@ func uninstall(ctx context.Context, label string) {
 	if _, err := helm(ctx, "status", helmRelease, "--namespace", kubedeviceNamespace); err == nil {
 		start := time.Now()
 		out, err := helm(ctx, "uninstall", helmRelease, "--namespace", kubedeviceNamespace, "--wait")
+		if err != nil {
+			// A failed hook Job stays: show what it said.
+			logs, _ := kubectl(ctx, "logs", "-n", kubedeviceNamespace, "job/"+cleanupJob, "--all-containers", "--tail=50")
+			GinkgoWriter.Printf("logs of the cleanup Job:\n%s", logs)
+		}
 		Expect(err).NotTo(HaveOccurred(), "helm uninstall (it fails when the post-delete cleanup Job fails)")
 		GinkgoWriter.Printf("helm uninstall:\n%s", out)
 		if label != "" {
