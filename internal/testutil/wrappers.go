@@ -255,6 +255,15 @@ func (w *NodeWrapper) Capacity(name corev1.ResourceName, q string) *NodeWrapper 
 	return w
 }
 
+// Label sets a label, as the kubelet labels the Node it registers.
+func (w *NodeWrapper) Label(key, value string) *NodeWrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[key] = value
+	return w
+}
+
 // Obj returns the Node.
 func (w *NodeWrapper) Obj() *corev1.Node {
 	return &w.Node

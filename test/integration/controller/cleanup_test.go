@@ -57,7 +57,10 @@ var _ = Describe("Uninstall cleanup", Ordered, func() {
 	BeforeEach(func() {
 		node = uniqueName("clean")
 		ns = newNamespace()
-		createNode(testutil.MakeNode(node).Capacity(corev1.ResourceCPU, "4").Capacity(corev1.ResourceMemory, "8Gi"))
+		// Labelled as the kubelet registers it: the API server tracks no field ownership on an
+		// object created without any field, so a bare Node would hide what the controller owns.
+		createNode(testutil.MakeNode(node).Label(corev1.LabelHostname, node).
+			Capacity(corev1.ResourceCPU, "4").Capacity(corev1.ResourceMemory, "8Gi"))
 		renewLease(node)
 
 		By("publishing an administrator's extended resource under another field manager")
@@ -91,6 +94,21 @@ var _ = Describe("Uninstall cleanup", Ordered, func() {
 		res, err = runCleanup(cleanup.Options{LeaseNamespace: agentNamespace})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res).To(Equal(cleanup.Result{Controller: cleanup.ControllerReleased, Nodes: map[string][]corev1.ResourceName{}}))
+		expectCleaned(node, ns)
+	})
+
+	It("finds a resource the controller left at zero after its NodeDevices went, by the controller's field ownership", func() {
+		By("deleting the NodeDevice while the controller runs: the resource stays on the node at 0")
+		Expect(k8sClient.Delete(ctx, &kdv1alpha1.NodeDevice{ObjectMeta: metav1.ObjectMeta{Name: node + "-gopher"}})).To(Succeed())
+		Eventually(published(node, gopher)).Should(Equal("0/0"))
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKey{Name: node + "-gopher"}, &kdv1alpha1.NodeDevice{})
+		}).Should(Satisfy(apierrors.IsNotFound))
+
+		stopController()
+		res, err := runCleanup(cleanup.Options{LeaseNamespace: agentNamespace})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Nodes).To(HaveKeyWithValue(node, []corev1.ResourceName{gopher}))
 		expectCleaned(node, ns)
 	})
 
