@@ -34,15 +34,8 @@ type Grants struct {
 	mu sync.RWMutex
 	// required are the resources whose plugin requires PreStartContainer.
 	required map[string]bool
-	pods     map[string]*podGrants
-	// byName lists the UIDs recorded for each namespace/name, as the Index does.
-	byName map[string]map[string]struct{}
-}
-
-// podGrants are the grants of one pod's containers.
-type podGrants struct {
-	namespace, name string
-	containers      map[string]*grant
+	// pods hold the grants of each pod's containers, by container name.
+	pods podTable[map[string]*grant]
 }
 
 // grant is the PreStartContainer state of one container.
@@ -67,8 +60,7 @@ func NewGrants(request func(namespace, name string)) *Grants {
 	return &Grants{
 		request:  request,
 		required: map[string]bool{},
-		pods:     map[string]*podGrants{},
-		byName:   map[string]map[string]struct{}{},
+		pods:     newPodTable[map[string]*grant](),
 	}
 }
 
@@ -145,10 +137,8 @@ const (
 func (g *Grants) Wants(uid, container, ended string) Cause {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	var c *grant
-	if p := g.pods[uid]; p != nil {
-		c = p.containers[container]
-	}
+	containers, _ := g.pods.get(uid)
+	c := containers[container]
 	switch {
 	case c == nil && ended != "":
 		return CauseRestart
@@ -172,8 +162,8 @@ func (g *Grants) Wants(uid, container, ended string) Cause {
 func (g *Grants) Has(uid, container string) bool {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	p := g.pods[uid]
-	return p != nil && p.containers[container] != nil
+	containers, _ := g.pods.get(uid)
+	return containers[container] != nil
 }
 
 // Forget drops the grants of the pods recorded under namespace/name, except the one with UID keep
@@ -182,26 +172,16 @@ func (g *Grants) Forget(namespace, name, keep string) {
 	if g == nil {
 		return
 	}
-	key := namespace + "/" + name
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for uid := range g.byName[key] {
-		if uid == keep {
-			continue
-		}
-		delete(g.pods, uid)
-		delete(g.byName[key], uid)
-	}
-	if len(g.byName[key]) == 0 {
-		delete(g.byName, key)
-	}
+	g.pods.forget(namespace, name, keep)
 }
 
 // Len returns the number of pods with a record.
 func (g *Grants) Len() int {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return len(g.pods)
+	return g.pods.len()
 }
 
 // admit decides the creation of container id of a pod: admitted if it takes a grant, or was
@@ -231,23 +211,15 @@ func (g *Grants) admit(namespace, name, uid, container, id string) (why string, 
 }
 
 func (g *Grants) containerLocked(namespace, name, uid, container string) *grant {
-	p := g.pods[uid]
-	if p == nil || p.namespace != namespace || p.name != name {
-		if p != nil {
-			delete(g.byName[p.namespace+"/"+p.name], uid)
-		}
-		p = &podGrants{namespace: namespace, name: name, containers: map[string]*grant{}}
-		g.pods[uid] = p
-		key := namespace + "/" + name
-		if g.byName[key] == nil {
-			g.byName[key] = map[string]struct{}{}
-		}
-		g.byName[key][uid] = struct{}{}
+	containers, ok := g.pods.getIn(uid, namespace, name)
+	if !ok {
+		containers = map[string]*grant{}
+		g.pods.put(uid, namespace, name, containers)
 	}
-	c := p.containers[container]
+	c := containers[container]
 	if c == nil {
 		c = &grant{}
-		p.containers[container] = c
+		containers[container] = c
 	}
 	return c
 }

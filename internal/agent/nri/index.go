@@ -24,8 +24,7 @@ const (
 // podEntry is one pod in the index. Entries are never modified once stored: the index replaces
 // them whole, so the handler reads one without holding the lock.
 type podEntry struct {
-	namespace, name string
-	state           podState
+	state podState
 	// reason says why a pending pod waits.
 	reason string
 	// containers are a ready pod's containers that hold devices, by name.
@@ -49,10 +48,7 @@ type Container struct {
 // use.
 type Index struct {
 	mu   sync.RWMutex
-	pods map[string]*podEntry
-	// byName lists the UIDs recorded for each namespace/name, so Forget finds a pod's entries
-	// by the key the pod controller reconciles.
-	byName map[string]map[string]struct{}
+	pods podTable[*podEntry]
 
 	stats *statCache
 }
@@ -61,9 +57,8 @@ type Index struct {
 // agent sees the host's /dev).
 func NewIndex(hostRoot string) *Index {
 	return &Index{
-		pods:   map[string]*podEntry{},
-		byName: map[string]map[string]struct{}{},
-		stats:  newStatCache(hostRoot),
+		pods:  newPodTable[*podEntry](),
+		stats: newStatCache(hostRoot),
 	}
 }
 
@@ -81,61 +76,44 @@ func (x *Index) SetReady(uid, namespace, name string, containers map[string]Cont
 			_, _ = x.stats.refresh(d.HostPath)
 		}
 	}
-	x.set(uid, &podEntry{namespace: namespace, name: name, state: podReady, containers: maps.Clone(containers)})
+	x.set(uid, namespace, name, &podEntry{state: podReady, containers: maps.Clone(containers)})
 }
 
 // SetPending records that the pod asks for kubedevice devices that are not ready yet, and why.
 func (x *Index) SetPending(uid, namespace, name, reason string) {
-	x.set(uid, &podEntry{namespace: namespace, name: name, state: podPending, reason: reason})
+	x.set(uid, namespace, name, &podEntry{state: podPending, reason: reason})
 }
 
 // SetNoDevices records that the pod holds no kubedevice device.
 func (x *Index) SetNoDevices(uid, namespace, name string) {
-	x.set(uid, &podEntry{namespace: namespace, name: name, state: podNoDevices})
+	x.set(uid, namespace, name, &podEntry{state: podNoDevices})
 }
 
 // Forget drops the pods recorded under namespace/name, except the one with UID keep (empty:
 // all of them): the pod ended, disappeared, or was replaced by a pod of the same name.
 func (x *Index) Forget(namespace, name, keep string) {
-	key := namespace + "/" + name
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for uid := range x.byName[key] {
-		if uid == keep {
-			continue
-		}
-		delete(x.pods, uid)
-		delete(x.byName[key], uid)
-	}
-	if len(x.byName[key]) == 0 {
-		delete(x.byName, key)
-	}
+	x.pods.forget(namespace, name, keep)
 }
 
 // Len returns the number of pods recorded.
 func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return len(x.pods)
+	return x.pods.len()
 }
 
-func (x *Index) set(uid string, e *podEntry) {
-	key := e.namespace + "/" + e.name
+func (x *Index) set(uid, namespace, name string, e *podEntry) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if old := x.pods[uid]; old != nil && (old.namespace != e.namespace || old.name != e.name) {
-		delete(x.byName[old.namespace+"/"+old.name], uid)
-	}
-	x.pods[uid] = e
-	if x.byName[key] == nil {
-		x.byName[key] = map[string]struct{}{}
-	}
-	x.byName[key][uid] = struct{}{}
+	x.pods.put(uid, namespace, name, e)
 }
 
 // lookup returns the pod's entry, nil when the index has none.
 func (x *Index) lookup(uid string) *podEntry {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.pods[uid]
+	e, _ := x.pods.get(uid)
+	return e
 }

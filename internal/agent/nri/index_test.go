@@ -38,8 +38,8 @@ func TestIndexForget(t *testing.T) {
 		t.Fatal("forgetting the old name dropped the pod recorded under its new name")
 	}
 	x.Forget("ns", "db-renamed", "")
-	if x.Len() != 0 || len(x.byName) != 0 {
-		t.Fatalf("after forgetting everything: %d pods, %d names", x.Len(), len(x.byName))
+	if x.Len() != 0 || len(x.pods.byName) != 0 {
+		t.Fatalf("after forgetting everything: %d pods, %d names", x.Len(), len(x.pods.byName))
 	}
 }
 
