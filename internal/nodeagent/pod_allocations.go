@@ -35,6 +35,17 @@ func (m *Manager) PodAllocation(podUID string) (PodAllocation, bool) {
 	return out[0], true
 }
 
+// GetDevices returns the devices committed to the pod's container, one value
+// per (device, NUMA node) as the PodResources API lists them, sorted by
+// resource, device ID and NUMA node (the kubelet's GetDevices, which lists
+// them in map order); nil when the container holds none. Allocations in
+// flight are not shown.
+func (m *Manager) GetDevices(podUID, container string) []poddevices.ContainerDevice {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pods.GetContainerDevices(podUID, container)
+}
+
 // PodsHolding returns the UIDs, sorted, of the pods named namespace/name that
 // hold committed devices: more than one when a pod was replaced by another of
 // the same name before the first one's devices were freed. It costs a walk
