@@ -115,22 +115,29 @@ func runningStatus(id string, restarts int32) corev1.ContainerStatus {
 	}
 }
 
+// startRuntimeAndAgent starts an NRI runtime and an agent that injects through it.
+func startRuntimeAndAgent() (*nritest.Runtime, *nodeAgent) {
+	GinkgoHelper()
+	dir, err := os.MkdirTemp("", "nri")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, dir)
+	socket := filepath.Join(dir, "nri.sock")
+	rt := nritest.New(socket)
+	Expect(rt.Start()).To(Succeed())
+	DeferCleanup(rt.Stop)
+	n := newNodeAgent(0, func(o *agent.Options) {
+		o.RuntimeInjection = agent.RuntimeInjectionNRI
+		o.NRI = nri.Options{SocketPath: socket, InitialRetryDelay: 20 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond}
+	})
+	return rt, n
+}
+
 var _ = Describe("Node agent calling PreStartContainer before every container start", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
 
 	It("prepares each start of a container whose plugin requires it, refuses an unprepared one until it is, and reports failures", func() {
-		dir, err := os.MkdirTemp("", "nri")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(os.RemoveAll, dir)
-		socket := filepath.Join(dir, "nri.sock")
-		rt := nritest.New(socket)
-		Expect(rt.Start()).To(Succeed())
-		DeferCleanup(rt.Stop)
-		n := newNodeAgent(0, func(o *agent.Options) {
-			o.RuntimeInjection = agent.RuntimeInjectionNRI
-			o.NRI = nri.Options{SocketPath: socket, InitialRetryDelay: 20 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond}
-		})
+		rt, n := startRuntimeAndAgent()
 		p := n.plugin(gopher, gophers("gopher", 2))
 		p.SetAllocateFunc(deviceAllocator)
 		ps := &preStarts{}
@@ -153,7 +160,7 @@ var _ = Describe("Node agent calling PreStartContainer before every container st
 		Expect(ps.count()).To(Equal(1))
 
 		By("a restart the agent did not see coming: refused until PreStartContainer ran again, then injected")
-		_, err = createContainerID(rt, pod, "app", "c2")()
+		_, err := createContainerID(rt, pod, "app", "c2")()
 		Expect(err).To(MatchError(And(ContainSubstring(nri.ErrDevicesNotReady.Error()), ContainSubstring("PreStartContainer has not run for this start yet"))))
 		Eventually(ps.all).Should(Equal([][]string{{id}, {id}}))
 		// The kubelet's retries of the creation, each with an ID of its own: the grant is
@@ -243,17 +250,7 @@ var _ = Describe("Node agent calling PreStartContainer before every container st
 	})
 
 	It("needs no PreStartContainer for a plugin that does not ask for it", func() {
-		dir, err := os.MkdirTemp("", "nri")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(os.RemoveAll, dir)
-		socket := filepath.Join(dir, "nri.sock")
-		rt := nritest.New(socket)
-		Expect(rt.Start()).To(Succeed())
-		DeferCleanup(rt.Stop)
-		n := newNodeAgent(0, func(o *agent.Options) {
-			o.RuntimeInjection = agent.RuntimeInjectionNRI
-			o.NRI = nri.Options{SocketPath: socket, InitialRetryDelay: 20 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond}
-		})
+		rt, n := startRuntimeAndAgent()
 		p := n.plugin(gopher, gophers("gopher", 1))
 		p.SetAllocateFunc(deviceAllocator)
 		p.SetPreStartContainerFunc(func(*pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
