@@ -1,7 +1,7 @@
 // Command kubedevice-agent is the kubedevice node agent: the device plugin manager of one node. It
 // serves the device plugin registration socket, allocates devices to the pods bound to its node,
-// checkpoints every decision, and mirrors devices and allocations into NodeDevice and
-// DeviceAllocation objects. It parses flags and wires; the work is in internal/nodeagent (the core)
+// checkpoints every decision, mirrors devices and allocations into NodeDevice and DeviceAllocation
+// objects, and serves the kubelet's PodResources API for the devices it manages. It parses flags and wires; the work is in internal/nodeagent (the core)
 // and internal/agent (the Kubernetes side).
 package main
 
@@ -25,6 +25,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/agent/nri"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
 )
 
@@ -61,6 +62,7 @@ func run() error {
 		injection      string
 		zapOpts        = zap.Options{}
 	)
+	opts.PodResources.Registerer = metrics.Registry
 	flag.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"),
 		"Name of the node the agent runs on (required); defaults to $NODE_NAME, set from the pod's spec.nodeName by the DaemonSet.")
 	flag.StringVar(&opts.Namespace, "namespace", namespace,
@@ -83,6 +85,8 @@ func run() error {
 		"Two-digit index of the agent's NRI plugin, registered as <index>-"+nri.PluginName+"; the runtime calls plugins in index order.")
 	flag.StringVar(&opts.NRI.HostRoot, "nri-host-root", "",
 		"Where the host's device nodes are seen in the agent's container: a device's host path (e.g. /dev/foo) is stat'ed as <root>/dev/foo for its type and numbers. Empty when the agent sees the host's /dev (privileged, or /dev mounted at /dev).")
+	flag.StringVar(&opts.PodResources.SocketPath, "pod-resources-socket", podresources.DefaultSocketPath,
+		"Unix socket on which the agent serves the kubelet's PodResources API (v1: List, Get, GetAllocatableResources) for the devices it manages, so node monitoring agents (dcgm-exporter, nfd-topology-updater) can map them to pods; the kubelet's own socket lists none of them. Its directory is created (0750) if missing. Empty disables it.")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
@@ -155,7 +159,8 @@ func run() error {
 	ctrl.Log.WithName("setup").Info("Starting the agent", "node", opts.NodeName, "namespace", opts.Namespace,
 		"pluginDir", cfg.PluginDir, "pluginsRegistryDir", cfg.PluginsRegistryDir,
 		"topologyPolicy", cfg.TopologyPolicy, "topologyScope", cfg.TopologyScope,
-		"runtimeInjection", opts.RuntimeInjection, "nriSocket", opts.NRI.SocketPath)
+		"runtimeInjection", opts.RuntimeInjection, "nriSocket", opts.NRI.SocketPath,
+		"podResourcesSocket", opts.PodResources.SocketPath)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/agent/nri"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
 )
 
 // startupTimeout bounds the start-up's API calls (listing the node's DeviceAllocations,
@@ -53,12 +54,15 @@ type Agent struct {
 	// grants record the PreStartContainer calls made ahead of container starts, which the NRI
 	// hook admits containers by (with RuntimeInjectionNone, only to prepare each restart once).
 	grants *nri.Grants
+	// podResources serves the PodResources API; nil when disabled.
+	podResources *podresources.Server
 	// preStartQueue is the PreStartContainer controller's queue, once it runs.
 	preStartQueue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 }
 
 // Setup adds the agent to mgr: the start-up runnable that restores the core's checkpoint and
-// starts it, the NRI plugin (with RuntimeInjectionNRI), the pod controller that allocates and
+// starts it, the NRI plugin (with RuntimeInjectionNRI), the PodResources API server (unless its
+// socket path is empty), the pod controller that allocates and
 // frees devices and mirrors DeviceAllocations, the controller that calls PreStartContainer ahead
 // of container restarts, the NodeDevice mirror, and the Lease. The manager's cache must be built with
 // CacheOptions(opts.NodeName), and the field indexes of package indexer registered on it
@@ -82,6 +86,9 @@ func Setup(mgr ctrl.Manager, dm DeviceManager, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("adding the agent's start-up: %w", err)
 	}
 	if err := a.setupInjection(mgr); err != nil {
+		return nil, err
+	}
+	if err := a.setupPodResources(mgr); err != nil {
 		return nil, err
 	}
 	if err := (&podReconciler{Agent: a}).setupWithManager(mgr); err != nil {

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
 
 // DeviceManager is what the agent uses of the device manager core, *nodeagent.Manager.
@@ -33,6 +34,10 @@ type DeviceManager interface {
 	UpdateAllocatedDevices(ctx context.Context, activePods []*corev1.Pod) error
 	PodAllocation(podUID string) (nodeagent.PodAllocation, bool)
 	PodsHolding(namespace, name string) []string
+
+	// GetDevices and GetAllocatableDevices serve the PodResources API.
+	GetDevices(podUID, container string) []poddevices.ContainerDevice
+	GetAllocatableDevices() nodeagent.ResourceDeviceInstances
 }
 
 var _ DeviceManager = (*nodeagent.Manager)(nil)

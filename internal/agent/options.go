@@ -13,6 +13,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent/nri"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
 )
 
 // Names and defaults shared with the deployment and the controller.
@@ -99,6 +100,9 @@ type Options struct {
 
 	// NRI configures the NRI plugin when RuntimeInjection is RuntimeInjectionNRI.
 	NRI nri.Options
+
+	// PodResources configures the PodResources API server; an empty SocketPath disables it.
+	PodResources podresources.Options
 
 	// Clock drives every timestamp, timer and delay of the agent; nil means the real clock.
 	Clock clock.WithTicker
