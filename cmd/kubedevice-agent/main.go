@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,7 +37,10 @@ const (
 	clientBurst = 50
 )
 
-var errNoNodeName = errors.New("--node-name is required when $NODE_NAME is not set")
+var (
+	errNoNodeName         = errors.New("--node-name is required when $NODE_NAME is not set")
+	errPodResourcesSocket = errors.New("want an absolute path outside --plugin-dir and --plugins-registry-dir, whose sockets the agent treats as device plugins'")
+)
 
 func main() {
 	if err := run(); err != nil {
@@ -112,6 +116,12 @@ func run() error {
 	}
 	if opts.RuntimeInjection, err = agent.ParseRuntimeInjection(injection); err != nil {
 		return fmt.Errorf("--runtime-injection: %w", err)
+	}
+	if s := opts.PodResources.SocketPath; s != "" {
+		if dir := filepath.Clean(filepath.Dir(s)); !filepath.IsAbs(s) || dir == filepath.Clean(cfg.PluginDir) ||
+			(cfg.PluginsRegistryDir != "" && dir == filepath.Clean(cfg.PluginsRegistryDir)) {
+			return fmt.Errorf("--pod-resources-socket=%q: %w", s, errPodResourcesSocket)
+		}
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 

@@ -261,10 +261,15 @@ func TestChartRefusesBadValues(t *testing.T) {
 		set  []string
 		want string
 	}{
-		"unknown runtime injection": {set: []string{"agent.runtimeInjection=cdi"}, want: "runtimeInjection"},
-		"unknown topology policy":   {set: []string{"agent.topologyPolicy=strict"}, want: "topologyPolicy"},
-		"unknown topology scope":    {set: []string{"agent.topologyScope=node"}, want: "topologyScope"},
-		"relative plugin dir":       {set: []string{"agent.pluginDir=device-plugins"}, want: "pluginDir"},
+		"unknown runtime injection":     {set: []string{"agent.runtimeInjection=cdi"}, want: "runtimeInjection"},
+		"unknown topology policy":       {set: []string{"agent.topologyPolicy=strict"}, want: "topologyPolicy"},
+		"unknown topology scope":        {set: []string{"agent.topologyScope=node"}, want: "topologyScope"},
+		"relative plugin dir":           {set: []string{"agent.pluginDir=device-plugins"}, want: "pluginDir"},
+		"relative pod resources socket": {set: []string{"agent.podResourcesSocket=kubelet.sock"}, want: "podResourcesSocket"},
+		"pod resources socket among the plugins'": {
+			set:  []string{"agent.podResourcesSocket=/var/lib/kubedevice/device-plugins/pod-resources.sock"},
+			want: "podResourcesSocket",
+		},
 		"not a duration":            {set: []string{"agent.endpointGracePeriod=5 minutes"}, want: "endpointGracePeriod"},
 		"metrics on the probe port": {set: []string{"metrics.port=8081"}, want: "port"},
 		"misspelt value":            {set: []string{"agent.pluginsDir=/x"}, want: "pluginsDir"},

@@ -69,7 +69,8 @@ func renders(t *testing.T) map[string][]*unstructured.Unstructured {
 }
 
 // TestAgentIsWiredToTheNode checks, in every install, that the agent's flags and its host paths
-// agree: each directory it is told to use is the same path on the host, writable; NRI, CDI and
+// agree: each directory it is told to use (the PodResources API socket's too, unless it is off)
+// is the same path on the host, writable; NRI, CDI and
 // /dev are mounted exactly when it injects through NRI; it learns its node and namespace from the
 // Downward API; it runs as root without privileges; its token is mounted (the node claim the
 // admission policy needs rides on it); and its pods are never held for the NRI plugin.
@@ -92,6 +93,17 @@ func TestAgentIsWiredToTheNode(t *testing.T) {
 				if host, ro := hostPathAt(spec, c, dir); host != dir || ro {
 					t.Errorf("--%s=%s: mounted from host path %q (read-only %v), want the same path, writable", flag, dir, host, ro)
 				}
+			}
+			if socket, ok := f["pod-resources-socket"]; !ok {
+				t.Error("--pod-resources-socket is not set: the PodResources API's socket must be where its host directory is mounted")
+			} else if socket == "" {
+				if host, _ := hostPathAt(spec, c, "/var/lib/kubedevice/pod-resources"); host != "" {
+					t.Error("the PodResources API is off, but its directory is still mounted from the host")
+				}
+			} else if dir := path.Dir(socket); !path.IsAbs(socket) {
+				t.Errorf("--pod-resources-socket=%q is not an absolute path", socket)
+			} else if host, ro := hostPathAt(spec, c, dir); host != dir || ro {
+				t.Errorf("--pod-resources-socket=%s: its directory is mounted from host path %q (read-only %v), want the same path, writable, for monitoring agents to mount too", socket, host, ro)
 			}
 			nriDir := path.Dir(f["nri-socket"])
 			injects := f["runtime-injection"] == "nri"
