@@ -17,12 +17,17 @@ import (
 // NodeDevices (all shards, terminating ones included): the allocatable devices summed over the
 // shards that are not terminating while the agent is ready, zero otherwise. A NodeDevice counts
 // only once it holds the node-capacity finalizer, so every resource the node publishes has a
-// NodeDevice that cannot vanish before the resource is back at zero. A resource whose only
-// NodeDevices are terminating is included (at zero) only when the node still publishes it, so a
-// resource that never reached the node is not added just to be zeroed.
+// NodeDevice that cannot vanish before the resource is back at zero. A resource with a live shard
+// that does not hold the finalizer yet is left out, so the node keeps what it publishes until
+// every shard counts: publishing the sum of some shards would show the scheduler a count that is
+// wrong, and cost a second patch when the last finalizer lands (on a first install, one patch per
+// shard instead of one per node). A resource whose only NodeDevices are terminating is included
+// (at zero) only when the node still publishes it, so a resource that never reached the node is
+// not added just to be zeroed.
 func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agentReady bool) map[corev1.ResourceName]int64 {
 	desired := map[corev1.ResourceName]int64{}
 	terminating := map[corev1.ResourceName]bool{}
+	incomplete := map[corev1.ResourceName]bool{}
 	for i := range nds {
 		name := corev1.ResourceName(nds[i].Spec.ResourceName)
 		if !nds[i].DeletionTimestamp.IsZero() {
@@ -30,6 +35,7 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 			continue
 		}
 		if !controllerutil.ContainsFinalizer(&nds[i], NodeCapacityFinalizer) {
+			incomplete[name] = true
 			continue
 		}
 		n := int64(0)
@@ -38,8 +44,11 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 		}
 		desired[name] += n
 	}
+	for name := range incomplete {
+		delete(desired, name)
+	}
 	for name := range terminating {
-		if _, live := desired[name]; live {
+		if _, live := desired[name]; live || incomplete[name] {
 			continue
 		}
 		if _, ok := status.Capacity[name]; ok {
@@ -84,11 +93,14 @@ func capacityPatch(status corev1.NodeStatus, desired map[corev1.ResourceName]int
 	return patch, nil
 }
 
-// needsZeroing reports whether a terminating NodeDevice is the last of its resource on the node, so
-// its finalizer may go only once the node publishes the resource as zero.
+// needsZeroing reports whether a terminating NodeDevice is the last of its resource on the node
+// that holds the node-capacity finalizer, so its finalizer may go only once the node publishes
+// the resource as zero. A live shard without the finalizer does not take over: it could vanish
+// before it counts, and leave the resource published.
 func needsZeroing(nd *kdv1alpha1.NodeDevice, nds []kdv1alpha1.NodeDevice) bool {
 	for i := range nds {
-		if nds[i].Spec.ResourceName == nd.Spec.ResourceName && nds[i].DeletionTimestamp.IsZero() {
+		if nds[i].Spec.ResourceName == nd.Spec.ResourceName && nds[i].DeletionTimestamp.IsZero() &&
+			controllerutil.ContainsFinalizer(&nds[i], NodeCapacityFinalizer) {
 			return false
 		}
 	}

@@ -68,12 +68,19 @@ func TestDesiredCapacity(t *testing.T) {
 			agentReady: true,
 			want:       map[corev1.ResourceName]int64{gopher: 4},
 		},
-		"a NodeDevice without the finalizer does not count yet": {
+		"a shard without the finalizer holds its resource back until it counts": {
 			nds: []kdv1alpha1.NodeDevice{
 				nd("a-0", gopher, 4, false, NodeCapacityFinalizer), nd("a-1", gopher, 2, false), nd("b", "example.com/other", 1, false),
+				nd("c", "example.com/third", 3, false, NodeCapacityFinalizer),
 			},
 			agentReady: true,
-			want:       map[corev1.ResourceName]int64{gopher: 4},
+			want:       map[corev1.ResourceName]int64{"example.com/third": 3},
+		},
+		"a terminating shard and a new one without the finalizer: the published count is kept, not zeroed": {
+			status:     nodeStatus(gopher, "4"),
+			nds:        []kdv1alpha1.NodeDevice{nd("a-0", gopher, 4, true, NodeCapacityFinalizer), nd("a-1", gopher, 4, false)},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{},
 		},
 		"the last NodeDevice terminating: zero while the node publishes the resource": {
 			status: nodeStatus(gopher, "4"),
@@ -181,6 +188,10 @@ func TestReleasable(t *testing.T) {
 				nd("a-0", gopher, 4, false, NodeCapacityFinalizer), nd("a-1", gopher, 2, true, NodeCapacityFinalizer),
 			},
 			want: []string{"a-1"},
+		},
+		"another shard is live but does not hold the finalizer yet": {
+			status: nodeStatus(gopher, "4"),
+			nds:    []kdv1alpha1.NodeDevice{nd("a-0", gopher, 4, true, NodeCapacityFinalizer), nd("a-1", gopher, 4, false)},
 		},
 		"a shard of another resource does not count": {
 			status: nodeStatus(gopher, "4", "example.com/other", "1"),

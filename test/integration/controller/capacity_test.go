@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -53,6 +54,26 @@ var _ = Describe("Node capacity", func() {
 		Expect(k8sClient.Delete(ctx, testutil.MakeNodeDevice(node+"-gopher-1").Obj())).To(Succeed())
 		Eventually(published(node, gopher)).Should(Equal("3/3"))
 		Eventually(isNotFound(nodeDevice(node + "-gopher-1"))).Should(BeTrue())
+	})
+
+	It("publishes a resource once every shard counts, in one patch, not shard by shard", func() {
+		By("stopping the controller while the agent writes two shards, one already holding the finalizer")
+		stopManager()
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher-0").Node(node).Shard(0).Devices("a", 3).Obj())
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher-1").Node(node).Shard(1).Devices("b", 2).Obj())
+		finalizer := toApplyObject(testutil.MakeNodeDevice(node + "-gopher-0").Obj())
+		unstructured.RemoveNestedField(finalizer.Object, "spec")
+		unstructured.RemoveNestedField(finalizer.Object, "status")
+		finalizer.SetFinalizers([]string{kdcontroller.NodeCapacityFinalizer})
+		Expect(k8sClient.Apply(ctx, client.ApplyConfigurationFromUnstructured(finalizer),
+			client.FieldOwner(kdcontroller.FieldOwner), client.ForceOwnership)).To(Succeed())
+		patches := capacityPatches()
+
+		By("starting the controller: shard 0 alone is never published")
+		stopManager = startManager()
+		Eventually(published(node, gopher)).Should(Equal("5/5"))
+		waitIdle()
+		Expect(capacityPatches()-patches).To(Equal(1.0), "patches of node %s", node)
 	})
 
 	It("follows allocatable changes with one patch each, never touching cpu or other extended resources", func() {
