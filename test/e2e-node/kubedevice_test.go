@@ -30,11 +30,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -118,6 +121,7 @@ var _ = Describe("kubedevice on the real node", func() {
 
 			expectGopherInside(ctx, ns, "gopher-pod2")
 			expectAllocation(ctx, t.pod)
+			expectPodResources(ctx, ns, "gopher-pod2")
 			Eventually(ctx, func(g Gomega) {
 				da, err := deviceAllocationOf(ctx, first)
 				g.Expect(err).NotTo(HaveOccurred())
@@ -391,6 +395,7 @@ func runsAPodWithTheGopher(ctx context.Context, label, ns, name string) {
 	expectGopherInside(ctx, ns, name)
 	expectAllocation(ctx, t.pod)
 	expectHolder(ctx, ns, name)
+	expectPodResources(ctx, ns, name)
 
 	out, err := kubectl(ctx, "get", "deviceallocations", "-A")
 	Expect(err).NotTo(HaveOccurred())
@@ -424,6 +429,32 @@ func expectAllocation(ctx context.Context, pod *corev1.Pod) *kdv1alpha1.DeviceAl
 			"conditions: %+v", da.Status.Conditions)
 	}).Should(Succeed())
 	return da
+}
+
+// expectPodResources waits until the agent's PodResources API, read on the host as a monitoring
+// agent reads it, lists the gopher in the pod's container and in no other pod.
+func expectPodResources(ctx context.Context, ns, name string) {
+	conn, err := grpc.NewClient("unix://"+podResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	Expect(err).NotTo(HaveOccurred())
+	defer conn.Close()
+	c := podresourcesapi.NewPodResourcesListerClient(conn)
+	Eventually(ctx, func(g Gomega) {
+		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := c.List(callCtx, &podresourcesapi.ListPodResourcesRequest{})
+		g.Expect(err).NotTo(HaveOccurred())
+		var holders []string
+		for _, pr := range resp.GetPodResources() {
+			for _, cr := range pr.GetContainers() {
+				for _, d := range cr.GetDevices() {
+					if d.GetResourceName() == gopherResource {
+						holders = append(holders, fmt.Sprintf("%s/%s/%s=%s", pr.GetNamespace(), pr.GetName(), cr.GetName(), strings.Join(d.GetDeviceIds(), ",")))
+					}
+				}
+			}
+		}
+		g.Expect(holders).To(Equal([]string{ns + "/" + name + "/main=" + gopherID}))
+	}).Should(Succeed())
 }
 
 // expectHolder waits for the NodeDevice to show the gopher held by the pod's container.

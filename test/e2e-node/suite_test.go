@@ -58,6 +58,9 @@ var (
 	image string
 	// nriSocket is containerd's NRI socket, where kubedevice connects as an NRI plugin.
 	nriSocket string
+	// podResourcesSocket is the agent's PodResources API socket on the host, where monitoring
+	// agents read which pod holds which device.
+	podResourcesSocket string
 	// kubectlCacheDir keeps kubectl's discovery cache out of ~/.kube for the suite's run.
 	kubectlCacheDir string
 	// clientset talks to the cluster as its admin.
@@ -94,6 +97,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	helmPath = envOr("E2E_HELM", filepath.Join(root, "bin", "helm"))
 	image = envOr("E2E_IMAGE", "docker.io/local/kubedevice:e2e")
 	nriSocket = envOr("E2E_NRI_SOCKET", "/var/run/nri/nri.sock")
+	podResourcesSocket = envOr("E2E_POD_RESOURCES_SOCKET", "/var/lib/kubedevice/pod-resources/kubelet.sock")
 	Expect(kubeconfig).To(BeAnExistingFile(), "no cluster: run hack/e2e-node/up.sh (or make e2e-node-up) first")
 	Expect(kubectlPath).To(BeAnExistingFile(), "no kubectl: run hack/e2e-node/install.sh first")
 	kubectlCacheDir = GinkgoT().TempDir()
