@@ -49,8 +49,8 @@
 //     codes.NotFound (the kubelet's is codes.Unknown), with the same message;
 //     Get is always enabled (the kubelet gates it on KubeletPodResourcesGet,
 //     on by default).
-//   - Devices are sorted by resource, device ID and NUMA node; the kubelet
-//     lists them in map order.
+//   - Pods are sorted by namespace and name, devices by resource, device ID
+//     and NUMA node; the kubelet lists both in map order.
 //   - "Active" is judged from the API server's view of the pod (its phase):
 //     the agent cannot see the runtime, so a pod whose containers have all
 //     exited but whose phase is not final yet is still listed.

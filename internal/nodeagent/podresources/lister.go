@@ -15,14 +15,18 @@ import (
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
 
-// List returns the active pods of the node with the devices each container holds: restartable
-// init containers (sidecars) first, then app containers; regular init containers are not listed,
-// as the kubelet's List.
+// List returns the active pods of the node, sorted by namespace and name, with the devices each
+// container holds: restartable init containers (sidecars) first, then app containers; regular
+// init containers are not listed, as the kubelet's List.
 func (s *Server) List(ctx context.Context, _ *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
 	pods, err := s.pods.ActivePods(ctx)
 	if err != nil {
 		return nil, providerError(ctx, err)
 	}
+	pods = slices.Clone(pods)
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name), strings.Compare(string(a.UID), string(b.UID)))
+	})
 	out := make([]*podresourcesapi.PodResources, len(pods))
 	for i, pod := range pods {
 		out[i] = s.podResources(pod)

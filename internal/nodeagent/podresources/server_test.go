@@ -61,7 +61,8 @@ func newNode(t *testing.T) *node {
 		allocate(t, core, p)
 	}
 	n.done.Status.Phase = corev1.PodSucceeded
-	n.pods.set(n.trainer, n.plain, n.done)
+	// Not in List's order, which sorts by namespace and name.
+	n.pods.set(n.plain, n.done, n.trainer)
 	n.holdsDone = func() bool { _, ok := core.PodAllocation("uid-done"); return ok }
 
 	n.wantTrainer = podRes(n.trainer,
