@@ -104,8 +104,17 @@ test-e2e: envtest-assets ## Build the binaries and run `kubedevice dev --exit-af
 	go test $(GO_TEST_FLAGS) -v -timeout 20m ./test/e2e/
 
 .PHONY: bench
-bench: envtest-assets ## Run the benchmarks (allocation latency, checkpoint writes, hint generation, ...).
+bench: envtest-assets ## Run the benchmarks (allocation latency, checkpoint writes, hint generation, ...); the controller at scale is `make bench-scale`.
 	go test -run '^$$' -bench . -benchmem $(UNIT_PACKAGES)
+
+# The cluster bench-scale builds; see test/scale and docs/design.md ("Scale").
+SCALE_NODES ?= 1000
+SCALE_SHARDS ?= 2
+
+.PHONY: bench-scale
+bench-scale: envtest-assets ## Benchmark the controller against the real API server: cold start, failover, steady state, churn (SCALE_NODES=1000, SCALE_SHARDS=2; minutes; not part of `make test`).
+	KUBEDEVICE_SCALE_NODES=$(SCALE_NODES) KUBEDEVICE_SCALE_SHARDS=$(SCALE_SHARDS) \
+		go test -run '^$$' -bench . -benchtime=1x -timeout 90m ./test/scale/
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd, kube-apiserver and kube-scheduler from source into bin/k8s (skipped when present).
