@@ -48,8 +48,11 @@ const (
 // Limits on one ListAndWatch message. A message beyond them is rejected as a
 // whole and the previous device set is kept.
 const (
-	// MaxDevicesPerResource is the most devices one message may list.
-	MaxDevicesPerResource = 100_000
+	// MaxDevicesPerResource is the most devices one message may list: 256
+	// NodeDevice shards, well above the 10 k devices per node the agent
+	// supports, and below the 100 k it must reject (a plugin of 100 k devices
+	// would need 782 shards, which the agent cannot mirror at its rate limits).
+	MaxDevicesPerResource = 32_768
 	// MaxDeviceIDLength is the longest device ID accepted, in bytes.
 	MaxDeviceIDLength = 253
 	// maxHealthInMessage bounds how much of an unknown health string is

@@ -22,7 +22,7 @@ func TestValidateDeviceList(t *testing.T) {
 		}
 		return out
 	}
-	many := make([]string, MaxDevicesPerResource+1)
+	many := make([]string, 100_000)
 	for i := range many {
 		many[i] = fmt.Sprintf("d%d", i)
 	}
@@ -38,8 +38,10 @@ func TestValidateDeviceList(t *testing.T) {
 		"control character":      {devs: dev("a\nb"), wantReason: invalidIDCharacters},
 		"NUL":                    {devs: dev("a\x00"), wantReason: invalidIDCharacters},
 		"invalid UTF-8":          {devs: dev("a\xff"), wantReason: invalidIDCharacters},
-		"too many devices":       {devs: dev(many...), wantReason: invalidTooManyDevices},
+		"too many devices":       {devs: dev(many[:MaxDevicesPerResource+1]...), wantReason: invalidTooManyDevices},
 		"exactly the most":       {devs: dev(many[:MaxDevicesPerResource]...)},
+		"10 k, supported":        {devs: dev(many[:10_000]...)},
+		"100 k, rejected":        {devs: dev(many...), wantReason: invalidTooManyDevices},
 		"duplicate after change": {devs: append(dev("a"), dptest.Device("a", pluginapi.Unhealthy)), wantReason: invalidDuplicateID},
 	}
 	for name, tc := range cases {
