@@ -109,6 +109,9 @@ func TestMain(m *testing.M) {
 	if shared != nil {
 		shared.stop()
 	}
+	if agentShared != nil {
+		agentShared.stop()
+	}
 	os.Exit(code)
 }
 
