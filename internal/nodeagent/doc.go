@@ -28,8 +28,8 @@
 // the primary one; the plugin state (Registered / Disconnected, since when).
 // Timestamps come from Config.Clock. A ListAndWatch message with empty,
 // duplicate, too long (> 253 bytes) or control-character IDs, or more than
-// 100,000 devices, is rejected whole (the previous set is kept), logged and
-// counted in kubedevice_device_plugin_invalid_updates_total.
+// 32,768 devices (MaxDevicesPerResource), is rejected whole (the previous set
+// is kept), logged and counted in kubedevice_device_plugin_invalid_updates_total.
 //
 // Readers: GetCapacity (kubelet semantics, including removing expired
 // resources), GetAllocatableDevices (healthy devices with topology),
