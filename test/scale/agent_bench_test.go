@@ -116,24 +116,15 @@ func startAgentEnv(b *testing.B) (*agentEnv, error) {
 		return fail(fmt.Errorf("creating the admin client: %w", err))
 	}
 	ctx := context.Background()
-	if err := e.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}); err != nil {
-		return fail(fmt.Errorf("creating namespace %s: %w", agentNamespace, err))
-	}
 	// The agents run as their service account with only the RBAC of config/rbac, and the
 	// admission policy holds each to its own node's objects, as deployed.
-	objs, err := testutil.LoadManifests(
+	if err := installAsDeployed(ctx, e.admin,
 		"config/rbac/agent/role.yaml",
 		"config/rbac/agent_service_account.yaml",
 		"config/rbac/agent_role_binding.yaml",
 		"config/admission/agent_node_restriction.yaml",
-	)
-	if err != nil {
+	); err != nil {
 		return fail(err)
-	}
-	for _, obj := range objs {
-		if err := e.admin.Create(ctx, obj); err != nil {
-			return fail(fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err))
-		}
 	}
 	return e, nil
 }

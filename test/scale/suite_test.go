@@ -154,25 +154,16 @@ func startEnv(b *testing.B) (*env, error) {
 		return fail(fmt.Errorf("creating the agents' client: %w", err))
 	}
 	ctx := context.Background()
-	if err := e.agents.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}); err != nil {
-		return fail(fmt.Errorf("creating namespace %s: %w", agentNamespace, err))
-	}
 	// The controller runs as its service account with only the RBAC of config/rbac, and its node
 	// status writes go through the admission policy that holds them to capacity keys, as deployed.
-	objs, err := testutil.LoadManifests(
+	if err := installAsDeployed(ctx, e.agents,
 		"config/rbac/controller/role.yaml",
 		"config/rbac/controller_service_account.yaml",
 		"config/rbac/controller_role_binding.yaml",
 		"config/rbac/leader_election_role.yaml",
 		"config/admission/controller_node_status.yaml",
-	)
-	if err != nil {
+	); err != nil {
 		return fail(err)
-	}
-	for _, obj := range objs {
-		if err := e.agents.Create(ctx, obj); err != nil {
-			return fail(fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err))
-		}
 	}
 	if e.watcher, err = startNodeWatcher(cfg, testEnv.Scheme); err != nil {
 		return fail(err)
@@ -213,4 +204,22 @@ func zapLevel() zapcore.Level {
 		return zapcore.InfoLevel
 	}
 	return zapcore.ErrorLevel
+}
+
+// installAsDeployed creates the agents' namespace and then the objects of manifests (paths from
+// the repository root), as the installs deploy them.
+func installAsDeployed(ctx context.Context, c client.Client, manifests ...string) error {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", agentNamespace, err)
+	}
+	objs, err := testutil.LoadManifests(manifests...)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
 }
