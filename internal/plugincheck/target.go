@@ -1,0 +1,245 @@
+package plugincheck
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The environment a plugin started by the checker or by kubedevice dev gets, and the placeholder
+// replaced in its arguments.
+const (
+	// EnvPluginDir is the device manager's plugin directory: kubelet.sock is there, and the
+	// plugin's socket goes there.
+	EnvPluginDir = "KUBEDEVICE_PLUGIN_DIR"
+	// EnvKubeletSocket is <plugin dir>/kubelet.sock.
+	EnvKubeletSocket = "KUBEDEVICE_KUBELET_SOCKET"
+	// EnvPluginPID is the plugin's process ID, given to --health-change-cmd.
+	EnvPluginPID = "KUBEDEVICE_PLUGIN_PID"
+	// PluginDirPlaceholder in a plugin's arguments is replaced by the plugin directory.
+	PluginDirPlaceholder = "{plugin-dir}"
+	// KubeletPluginDir is where an unmodified plugin looks for kubelet.sock.
+	KubeletPluginDir = "/var/lib/kubelet/device-plugins"
+)
+
+var errNotRoot = errors.New("running a plugin in a private mount namespace needs root (CAP_SYS_ADMIN)")
+
+// Target is a plugin the checker starts and stops.
+type Target interface {
+	// Start starts the plugin pointed at the plugin directory dir.
+	Start(ctx context.Context, dir string) error
+	// Stop asks the plugin to stop (SIGTERM for a process) and waits at most timeout for it to
+	// end. It returns an error when it did not end in time or ended with an error.
+	Stop(timeout time.Duration) error
+	// Exited is closed when the plugin has ended.
+	Exited() <-chan struct{}
+	// Env is the environment of --health-change-cmd: the plugin directory and process ID.
+	Env() []string
+	// Output is the end of what the plugin printed, if known.
+	Output() string
+	// String describes the plugin for the report.
+	String() string
+}
+
+// CommandLine returns the argv and the extra environment that run a plugin's command line pointed
+// at the plugin directory dir: {plugin-dir} in the arguments is replaced by dir, and
+// KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_KUBELET_SOCKET are set. With mountNamespace, the command
+// runs in a private mount namespace where dir is bind-mounted on /var/lib/kubelet/device-plugins,
+// for plugins that cannot be told where the plugin directory is (Linux, root, and util-linux's
+// unshare; the directory is created on the host if it is missing, and nothing is mounted outside
+// the namespace).
+func CommandLine(args []string, dir string, mountNamespace bool) (argv, env []string, err error) {
+	if len(args) == 0 {
+		return nil, nil, errors.New("no plugin command")
+	}
+	argv = make([]string, len(args))
+	for i, a := range args {
+		argv[i] = strings.ReplaceAll(a, PluginDirPlaceholder, dir)
+	}
+	kubeletSocket := dir + "/" + kubeletSocketName
+	if mountNamespace {
+		if os.Geteuid() != 0 {
+			return nil, nil, fmt.Errorf("%w; run the plugin with its own flag or environment variable for the plugin directory instead", errNotRoot)
+		}
+		if _, err := exec.LookPath("unshare"); err != nil {
+			return nil, nil, fmt.Errorf("running a plugin in a private mount namespace needs unshare (util-linux): %w", err)
+		}
+		const script = `mkdir -p "$2" && mount --bind "$1" "$2" && shift 2 && exec "$@"`
+		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", dir, KubeletPluginDir}, argv...)
+		kubeletSocket = KubeletPluginDir + "/" + kubeletSocketName
+		dir = KubeletPluginDir
+	}
+	env = []string{EnvPluginDir + "=" + dir, EnvKubeletSocket + "=" + kubeletSocket}
+	return argv, env, nil
+}
+
+// CommandTarget runs a plugin's command line.
+type CommandTarget struct {
+	// Args is the command line; {plugin-dir} is replaced by the plugin directory.
+	Args []string
+	// MountNamespace runs it with the plugin directory bind-mounted on
+	// /var/lib/kubelet/device-plugins in a private mount namespace (see CommandLine).
+	MountNamespace bool
+	// Log, if set, also receives what the plugin prints.
+	Log io.Writer
+
+	cmd    *exec.Cmd
+	dir    string
+	exited chan struct{}
+	err    error
+	tail   tailBuffer
+}
+
+var _ Target = &CommandTarget{}
+
+// Start starts the command.
+func (t *CommandTarget) Start(_ context.Context, dir string) error {
+	argv, env, err := CommandLine(t.Args, dir, t.MountNamespace)
+	if err != nil {
+		return err
+	}
+	t.dir = dir
+	// Not CommandContext: the checker stops the plugin itself, with SIGTERM, to see it clean up.
+	cmd := exec.Command(argv[0], argv[1:]...) //nolint:gosec // G204: running the author's plugin is the point.
+	cmd.Env = append(os.Environ(), env...)
+	var out io.Writer = &t.tail
+	if t.Log != nil {
+		out = io.MultiWriter(&t.tail, t.Log)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", argv[0], err)
+	}
+	t.cmd, t.exited = cmd, make(chan struct{})
+	go func() {
+		t.err = cmd.Wait()
+		close(t.exited)
+	}()
+	return nil
+}
+
+// Stop sends SIGTERM and waits; after timeout it kills the plugin.
+func (t *CommandTarget) Stop(timeout time.Duration) error {
+	if t.cmd == nil {
+		return nil
+	}
+	select {
+	case <-t.exited:
+		return fmt.Errorf("it had already exited: %v", t.err)
+	default:
+	}
+	if err := t.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("sending SIGTERM: %w", err)
+	}
+	select {
+	case <-t.exited:
+		if t.err != nil {
+			return fmt.Errorf("it exited with %v", t.err)
+		}
+		return nil
+	case <-time.After(timeout):
+		_ = t.cmd.Process.Kill()
+		<-t.exited
+		return fmt.Errorf("it had not exited %s after SIGTERM, and was killed", timeout)
+	}
+}
+
+// Exited is closed when the process has ended.
+func (t *CommandTarget) Exited() <-chan struct{} { return t.exited }
+
+// Env gives the plugin directory and the process ID.
+func (t *CommandTarget) Env() []string {
+	env := []string{EnvPluginDir + "=" + t.dir}
+	if t.cmd != nil {
+		env = append(env, EnvPluginPID+"="+strconv.Itoa(t.cmd.Process.Pid))
+	}
+	return env
+}
+
+// Output is the end of what the plugin printed.
+func (t *CommandTarget) Output() string { return t.tail.String() }
+
+func (t *CommandTarget) String() string { return strings.Join(t.Args, " ") }
+
+// FuncTarget runs a plugin in this process: Run serves until its context ends. Stopping it
+// cancels the context, as SIGTERM does to a plugin built on signal.NotifyContext.
+type FuncTarget struct {
+	Name string
+	Run  func(ctx context.Context, dir string) error
+
+	cancel context.CancelFunc
+	exited chan struct{}
+	err    error
+	dir    string
+}
+
+var _ Target = &FuncTarget{}
+
+// Start runs Run in a goroutine.
+func (t *FuncTarget) Start(ctx context.Context, dir string) error {
+	ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	t.exited, t.dir = make(chan struct{}), dir
+	go func() {
+		t.err = t.Run(ctx, dir)
+		close(t.exited)
+	}()
+	return nil
+}
+
+// Stop cancels Run's context and waits for it to return.
+func (t *FuncTarget) Stop(timeout time.Duration) error {
+	if t.cancel == nil {
+		return nil
+	}
+	t.cancel()
+	select {
+	case <-t.exited:
+		return t.err
+	case <-time.After(timeout):
+		return fmt.Errorf("it had not returned %s after its context ended", timeout)
+	}
+}
+
+// Exited is closed when Run has returned.
+func (t *FuncTarget) Exited() <-chan struct{} { return t.exited }
+
+// Env gives the plugin directory.
+func (t *FuncTarget) Env() []string { return []string{EnvPluginDir + "=" + t.dir} }
+
+// Output is empty: the plugin logs where it logs.
+func (t *FuncTarget) Output() string { return "" }
+
+func (t *FuncTarget) String() string { return t.Name }
+
+// tailBuffer keeps the last tailSize bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+const tailSize = 4096
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Write(p)
+	if over := b.buf.Len() - tailSize; over > 0 {
+		b.buf.Next(over)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,391 @@
+// Package testplugin is a device plugin for the checker's own tests, written against the raw
+// gRPC API so that it can break each rule on purpose: with no Faults it passes every check of
+// package plugincheck, and each Fault breaks the rule of exactly one check (a check that cannot
+// fail is a defect). It is used only by tests.
+package testplugin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// Fault is one rule the plugin breaks.
+type Fault string
+
+// The faults, each named after what the plugin does wrong.
+const (
+	NeverRegisters         Fault = "never-registers"
+	BadVersion             Fault = "bad-version"
+	BadResourceName        Fault = "bad-resource-name"
+	EndpointInSubdir       Fault = "endpoint-in-subdir"
+	OptionsMismatch        Fault = "options-mismatch"
+	SilentList             Fault = "silent-list"
+	DuplicateIDs           Fault = "duplicate-ids"
+	BadHealth              Fault = "bad-health"
+	AllocateNoResponse     Fault = "allocate-no-response"
+	AllocateOneDevice      Fault = "allocate-one-device"
+	AcceptsUnknown         Fault = "accepts-unknown"
+	RelativePath           Fault = "relative-path"
+	BadPermissions         Fault = "bad-permissions"
+	DuplicateMount         Fault = "duplicate-mount"
+	BadCDIName             Fault = "bad-cdi-name"
+	PreStartUnimplemented  Fault = "pre-start-unimplemented"
+	PreferredUnimplemented Fault = "preferred-unimplemented"
+	PreferredNoMustInclude Fault = "preferred-no-must-include"
+	PreferredWrongSize     Fault = "preferred-wrong-size"
+	PreferredUnavailable   Fault = "preferred-unavailable"
+	NoHealthUpdate         Fault = "no-health-update"
+	PartialHealthUpdate    Fault = "partial-health-update"
+	EndsStream             Fault = "ends-stream"
+	NoReregistration       Fault = "no-reregistration"
+	LeavesSocket           Fault = "leaves-socket"
+)
+
+const (
+	// ResourceName is what the plugin advertises.
+	ResourceName = "example.com/testplugin"
+	// SocketName is its socket's file name.
+	SocketName = "testplugin.sock"
+	// Devices is how many devices it lists, dev-0 to dev-3: enough for the checker to tell a
+	// preferred allocation that ignores must_include from one that honours it.
+	Devices = 4
+	// pollInterval is how often it looks at kubelet.sock and at its own socket.
+	pollInterval = 50 * time.Millisecond
+)
+
+// Plugin is the test plugin.
+type Plugin struct {
+	v1beta1.UnimplementedDevicePluginServer
+	dir    string
+	faults map[Fault]bool
+
+	mu      sync.Mutex
+	devices []*v1beta1.Device
+	streams map[chan []*v1beta1.Device]bool
+	quit    chan struct{}
+}
+
+// New returns a plugin for the plugin directory dir that breaks the rules faults name.
+func New(dir string, faults ...Fault) *Plugin {
+	p := &Plugin{dir: dir, faults: map[Fault]bool{}, streams: map[chan []*v1beta1.Device]bool{}, quit: make(chan struct{})}
+	for _, f := range faults {
+		p.faults[f] = true
+	}
+	for i := range Devices {
+		p.devices = append(p.devices, &v1beta1.Device{ID: fmt.Sprintf("dev-%d", i), Health: v1beta1.Healthy})
+	}
+	if p.faults[DuplicateIDs] {
+		p.devices = append(p.devices, &v1beta1.Device{ID: "dev-0", Health: v1beta1.Healthy})
+	}
+	if p.faults[BadHealth] {
+		p.devices[Devices-1].Health = "OK"
+	}
+	return p
+}
+
+func (p *Plugin) socketPath() string {
+	if p.faults[EndpointInSubdir] {
+		return filepath.Join(p.dir, "sub", SocketName)
+	}
+	return filepath.Join(p.dir, SocketName)
+}
+
+func (p *Plugin) endpoint() string {
+	rel, _ := filepath.Rel(p.dir, p.socketPath())
+	return rel
+}
+
+// Run serves and registers until ctx ends, registering again whenever kubelet.sock is created
+// again or its socket is removed; then it removes its socket.
+func (p *Plugin) Run(ctx context.Context) error {
+	if err := os.MkdirAll(filepath.Dir(p.socketPath()), 0o750); err != nil {
+		return err
+	}
+	server, err := p.serve()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		close(p.quit)
+		server.Stop()
+		if !p.faults[LeavesSocket] {
+			_ = os.Remove(p.socketPath())
+		}
+	}()
+	kubelet := filepath.Join(p.dir, "kubelet.sock")
+	registered := p.register(ctx)
+	lastKubelet := inode(kubelet)
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if p.faults[NoReregistration] && registered {
+			continue
+		}
+		if inode(p.socketPath()) == "" {
+			server.Stop()
+			if server, err = p.serve(); err != nil {
+				return err
+			}
+			registered = false
+		}
+		if k := inode(kubelet); k != lastKubelet {
+			lastKubelet, registered = k, false
+		}
+		if !registered && lastKubelet != "" {
+			registered = p.register(ctx)
+		}
+	}
+}
+
+func (p *Plugin) serve() (*grpc.Server, error) {
+	_ = os.Remove(p.socketPath())
+	ln, err := net.Listen("unix", p.socketPath())
+	if err != nil {
+		return nil, err
+	}
+	if p.faults[LeavesSocket] {
+		// A process killed or exiting without cleaning up leaves its socket.
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	}
+	s := grpc.NewServer()
+	v1beta1.RegisterDevicePluginServer(s, p)
+	go func() { _ = s.Serve(ln) }()
+	return s, nil
+}
+
+// register calls Register on kubelet.sock; it says whether the kubelet accepted.
+func (p *Plugin) register(ctx context.Context) bool {
+	if p.faults[NeverRegisters] {
+		return true
+	}
+	req := &v1beta1.RegisterRequest{
+		Version: v1beta1.Version, Endpoint: p.endpoint(), ResourceName: ResourceName,
+		Options: p.options(),
+	}
+	if p.faults[BadVersion] {
+		req.Version = "v1alpha1"
+	}
+	if p.faults[BadResourceName] {
+		req.ResourceName = "testplugin"
+	}
+	if p.faults[OptionsMismatch] {
+		req.Options = &v1beta1.DevicePluginOptions{PreStartRequired: !req.Options.PreStartRequired}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(p.dir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_, err = v1beta1.NewRegistrationClient(conn).Register(ctx, req)
+	// A rejected registration is not retried: the API says the plugin should terminate.
+	return err == nil || status.Code(err) == codes.Unknown
+}
+
+func (p *Plugin) options() *v1beta1.DevicePluginOptions {
+	return &v1beta1.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true}
+}
+
+// FlipHealth flips the health of dev-0 and sends the new list to every stream.
+func (p *Plugin) FlipHealth() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	devs := make([]*v1beta1.Device, len(p.devices))
+	copy(devs, p.devices)
+	health := v1beta1.Unhealthy
+	if devs[0].GetHealth() != v1beta1.Healthy {
+		health = v1beta1.Healthy
+	}
+	for i, d := range devs {
+		if d.GetID() == devs[0].GetID() {
+			devs[i] = &v1beta1.Device{ID: d.GetID(), Health: health}
+		}
+	}
+	p.devices = devs
+	if p.faults[NoHealthUpdate] {
+		return
+	}
+	send := devs
+	if p.faults[PartialHealthUpdate] {
+		send = devs[:1]
+	}
+	for ch := range p.streams {
+		select {
+		case ch <- send:
+		default:
+		}
+	}
+}
+
+// GetDevicePluginOptions answers pre_start_required and get_preferred_allocation_available.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *v1beta1.Empty) (*v1beta1.DevicePluginOptions, error) {
+	return p.options(), nil
+}
+
+// ListAndWatch sends the list, then every change.
+func (p *Plugin) ListAndWatch(_ *v1beta1.Empty, s v1beta1.DevicePlugin_ListAndWatchServer) error {
+	ch := make(chan []*v1beta1.Device, 4)
+	p.mu.Lock()
+	first := p.devices
+	p.streams[ch] = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.streams, ch)
+		p.mu.Unlock()
+	}()
+	if !p.faults[SilentList] {
+		if err := s.Send(&v1beta1.ListAndWatchResponse{Devices: first}); err != nil {
+			return err
+		}
+	}
+	if p.faults[EndsStream] {
+		return nil
+	}
+	for {
+		select {
+		case devs := <-ch:
+			if err := s.Send(&v1beta1.ListAndWatchResponse{Devices: devs}); err != nil {
+				return err
+			}
+		case <-s.Context().Done():
+			return nil
+		case <-p.quit:
+			return nil
+		}
+	}
+}
+
+func (p *Plugin) known(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.ContainsFunc(p.devices, func(d *v1beta1.Device) bool { return d.GetID() == id })
+}
+
+// Allocate answers, per container, an env, a device node and a mount per device, and a CDI
+// device per device.
+func (p *Plugin) Allocate(_ context.Context, req *v1beta1.AllocateRequest) (*v1beta1.AllocateResponse, error) {
+	resp := &v1beta1.AllocateResponse{}
+	for _, c := range req.GetContainerRequests() {
+		for _, id := range c.GetDevicesIds() {
+			if !p.faults[AcceptsUnknown] && !p.known(id) {
+				return nil, status.Errorf(codes.NotFound, "no device %q", id)
+			}
+		}
+	}
+	if p.faults[AllocateNoResponse] {
+		return resp, nil
+	}
+	for _, c := range req.GetContainerRequests() {
+		ids := c.GetDevicesIds()
+		if p.faults[AllocateOneDevice] && len(ids) > 1 {
+			return nil, status.Errorf(codes.InvalidArgument, "one device per container, not %d", len(ids))
+		}
+		r := &v1beta1.ContainerAllocateResponse{Envs: map[string]string{"TESTPLUGIN_DEVICES": strings.Join(ids, ",")}}
+		for _, id := range ids {
+			dev := &v1beta1.DeviceSpec{ContainerPath: "/dev/testplugin/" + id, HostPath: "/dev/null", Permissions: "rw"}
+			mount := &v1beta1.Mount{ContainerPath: "/var/run/testplugin/" + id, HostPath: "/etc/hostname", ReadOnly: true}
+			cdi := &v1beta1.CDIDevice{Name: "example.com/testplugin=" + id}
+			if p.faults[RelativePath] {
+				mount.ContainerPath = "testplugin/" + id
+			}
+			if p.faults[BadPermissions] {
+				dev.Permissions = "rx"
+			}
+			if p.faults[BadCDIName] {
+				cdi.Name = id
+			}
+			r.Devices = append(r.Devices, dev)
+			r.Mounts = append(r.Mounts, mount)
+			if p.faults[DuplicateMount] {
+				r.Mounts = append(r.Mounts, mount)
+			}
+			r.CdiDevices = append(r.CdiDevices, cdi)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
+	}
+	return resp, nil
+}
+
+// PreStartContainer checks the devices are known.
+func (p *Plugin) PreStartContainer(_ context.Context, req *v1beta1.PreStartContainerRequest) (*v1beta1.PreStartContainerResponse, error) {
+	if p.faults[PreStartUnimplemented] {
+		return nil, status.Error(codes.Unimplemented, "method PreStartContainer not implemented")
+	}
+	for _, id := range req.GetDevicesIds() {
+		if !p.known(id) {
+			return nil, status.Errorf(codes.NotFound, "no device %q", id)
+		}
+	}
+	return &v1beta1.PreStartContainerResponse{}, nil
+}
+
+// GetPreferredAllocation picks the devices that must be included, then the available ones in
+// order.
+func (p *Plugin) GetPreferredAllocation(_ context.Context, req *v1beta1.PreferredAllocationRequest) (*v1beta1.PreferredAllocationResponse, error) {
+	if p.faults[PreferredUnimplemented] {
+		return nil, status.Error(codes.Unimplemented, "method GetPreferredAllocation not implemented")
+	}
+	resp := &v1beta1.PreferredAllocationResponse{}
+	for _, c := range req.GetContainerRequests() {
+		size := int(c.GetAllocationSize())
+		var ids []string
+		from := c.GetAvailableDeviceIDs()
+		switch {
+		case p.faults[PreferredWrongSize]:
+			size++
+		case p.faults[PreferredUnavailable]:
+			from = nil
+			for _, d := range p.devices {
+				from = append(from, d.GetID())
+			}
+		}
+		if !p.faults[PreferredNoMustInclude] {
+			ids = append(ids, c.GetMustIncludeDeviceIDs()...)
+		}
+		for _, id := range from {
+			if len(ids) >= size {
+				break
+			}
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &v1beta1.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// inode identifies the file at path, "" when there is none: a socket created again is another
+// file. Inode numbers are reused at once, so the creation time is part of it.
+func inode(path string) string {
+	st, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	var ino uint64
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		ino = sys.Ino
+	}
+	return fmt.Sprintf("%d@%d", ino, st.ModTime().UnixNano())
+}
