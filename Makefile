@@ -89,7 +89,7 @@ verify: manifests generate ## Regenerate everything and fail if the tree changed
 ##@ Test
 
 .PHONY: test
-test: envtest-assets vet test-unit test-integration test-e2e ## Run every test: unit, integration against a real API server, then the demo end to end.
+test: envtest-assets vet test-unit test-integration test-e2e plugin-test-kubelet-stub ## Run every test: unit, integration against a real API server, the demo end to end, then the plugin checker on the kubelet's stub plugin.
 
 .PHONY: test-unit
 test-unit: envtest-assets ## Run the unit tests (real gRPC over unix sockets, -race).
@@ -102,6 +102,19 @@ test-integration: envtest-assets helm kustomize ## Run the envtest suites in tes
 .PHONY: test-e2e
 test-e2e: envtest-assets ## Build the binaries and run `kubedevice dev --exit-after-demo`, then the demo until Ctrl-C (test/e2e).
 	go test $(GO_TEST_FLAGS) -v -timeout 20m ./test/e2e/
+
+# The kubelet's own device plugin stub (k8s.io/kubernetes pkg/kubelet/cm/devicemanager/plugin/v1beta1)
+# is built from test/kubeletstub, a module of its own that requires k8s.io/kubernetes (pinned in its
+# go.mod, v1.37.1) and cannot be a dependency of kubedevice's. SIGUSR1 flips a device's health.
+PLUGIN_TEST_BIN ?= $(LOCALBIN)/plugin-test
+
+.PHONY: plugin-test-kubelet-stub
+plugin-test-kubelet-stub: ## Build the kubelet's own stub device plugin (test/kubeletstub) and run `kubedevice plugin test` on it (JUnit in bin/plugin-test/).
+	@mkdir -p $(PLUGIN_TEST_BIN)
+	cd test/kubeletstub && go build -o $(PLUGIN_TEST_BIN)/kubeletstub .
+	go build -o $(PLUGIN_TEST_BIN)/kubedevice ./cmd/kubedevice
+	$(PLUGIN_TEST_BIN)/kubedevice plugin test --junit $(PLUGIN_TEST_BIN)/kubelet-stub.xml \
+		--health-change-cmd 'kill -USR1 "$$KUBEDEVICE_PLUGIN_PID"' -- $(PLUGIN_TEST_BIN)/kubeletstub --plugin-dir={plugin-dir}
 
 .PHONY: bench
 bench: envtest-assets ## Run the benchmarks (allocation latency, checkpoint writes, hint generation, ...); the controller at scale is `make bench-scale`.

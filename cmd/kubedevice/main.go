@@ -54,7 +54,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newDevCommand(), newStatusCommand(), newCleanupCommand())
+	root.AddCommand(newDevCommand(), newStatusCommand(), newCleanupCommand(), newPluginCommand())
 	return root
 }
 
@@ -74,7 +74,9 @@ Print what kubectl shows, and keep running until Ctrl-C, then stop everything.
 The kubeconfig of the cluster's admin is <workdir>/kubeconfig; each component logs to
 <workdir>/logs/<name>.log.`,
 		Example: `  make demo                              # builds everything, then runs bin/kubedevice dev
-  bin/kubedevice dev --exit-after-demo   # the end-to-end test: exit 0 only if the demo shows what it should`,
+  bin/kubedevice dev --exit-after-demo   # the end-to-end test: exit 0 only if the demo shows what it should
+  bin/kubedevice dev --plugin './my-plugin --plugin-dir={plugin-dir}'   # your plugin beside the Gopher
+  sudo bin/kubedevice dev --plugin-mount-namespace --plugin ./my-plugin  # it hard-codes /var/lib/kubelet/device-plugins`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Out = cmd.OutOrStdout()
@@ -92,6 +94,12 @@ The kubeconfig of the cluster's admin is <workdir>/kubeconfig; each component lo
 		"How long each step may wait for what it waits for (the control plane to start, a pod to be bound, ...).")
 	f.BoolVar(&opts.ExitAfterDemo, "exit-after-demo", false,
 		"Stop everything after the demo, and exit 0 only if it showed what it should.")
+	f.StringArrayVar(&opts.Plugins, "plugin", nil,
+		"A device plugin's command line (run with sh -c) to run beside the Gopher, pointed at the agent's plugin directory: "+
+			"{plugin-dir} in it is replaced by the directory, and KUBEDEVICE_PLUGIN_DIR is set. The demo creates a pod asking for one device of its resource. Repeatable.")
+	f.BoolVar(&opts.PluginMountNamespace, "plugin-mount-namespace", false,
+		"Run the --plugin commands in a private mount namespace with the agent's plugin directory bind-mounted on /var/lib/kubelet/device-plugins, "+
+			"for plugins that cannot be told where it is (Linux, root, util-linux's unshare).")
 	return cmd
 }
 

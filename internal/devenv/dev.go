@@ -67,6 +67,15 @@ type Options struct {
 	Timeout time.Duration
 	// ExitAfterDemo stops everything after the demo's tables and checks what they show.
 	ExitAfterDemo bool
+	// Plugins are the command lines (run with sh -c) of device plugins to run beside the Gopher,
+	// pointed at the agent's plugin directory: {plugin-dir} in the command is replaced by it, and
+	// KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_KUBELET_SOCKET are set. For each, the demo waits for
+	// its resource and creates a pod asking for one device of it.
+	Plugins []string
+	// PluginMountNamespace runs the Plugins in a private mount namespace where the agent's plugin
+	// directory is bind-mounted on /var/lib/kubelet/device-plugins (Linux, root), for plugins that
+	// cannot be told where it is.
+	PluginMountNamespace bool
 	// Out receives the progress, the tables and the checks. Default os.Stdout.
 	Out io.Writer
 }
@@ -265,6 +274,9 @@ func (d *dev) start(ctx context.Context) error {
 		return err
 	}
 	if err := p.run("Creating "+PendingPodName, d.runPendingPod(ctx)); err != nil {
+		return err
+	}
+	if err := d.startAuthorPlugins(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintf(d.opts.Out, "Demo ready in %s.\n", seconds(time.Since(p.start)))

@@ -40,12 +40,20 @@ type component struct {
 // process group, so a Ctrl-C in the terminal reaches only kubedevice dev, which stops the
 // components in order; and SIGTERM when kubedevice dev dies, so none outlives it.
 func startComponent(name, path string, args []string, logPath string) (*component, error) {
+	return startComponentEnv(name, path, args, nil, logPath)
+}
+
+// startComponentEnv is startComponent with env added to kubedevice dev's environment.
+func startComponentEnv(name, path string, args, env []string, logPath string) (*component, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
 	}
 	fmt.Fprintf(f, "# %s %s\n", path, strings.Join(args, " "))
 	cmd := exec.Command(path, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {

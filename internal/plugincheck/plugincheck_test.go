@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -445,5 +446,36 @@ func TestCheckIDsAreUniqueAndCiteARule(t *testing.T) {
 		if c.Rule == "" {
 			t.Errorf("check %s cites no rule", c.ID)
 		}
+	}
+}
+
+// A plugin that hard-codes its plugin directory runs in a private mount namespace where the
+// checker's directory is bind-mounted on that path (here a temporary one standing for
+// /var/lib/kubelet/device-plugins, so the test leaves nothing on the host).
+func TestCommandTargetMountNamespace(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("a private mount namespace needs root")
+	}
+	if err := exec.Command("unshare", "--mount", "--propagation", "private", "--", "true").Run(); err != nil {
+		t.Skipf("unshare --mount does not work here: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hardCoded := filepath.Join(t.TempDir(), "device-plugins")
+	target := &plugincheck.CommandTarget{Args: []string{"env", envFaults + "=", exe, "-test.run=^$"}, MountAt: hardCoded}
+	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: plugincheck.ShellHook(`kill -USR1 "$KUBEDEVICE_PLUGIN_PID"`)})
+	for _, res := range r.Results {
+		if res.Outcome != plugincheck.Pass {
+			t.Errorf("%s: %s %v", res.Check.ID, res.Outcome, res.Evidence)
+		}
+	}
+	if entries, err := os.ReadDir(hardCoded); err != nil || len(entries) != 0 {
+		t.Errorf("the hard-coded directory on the host holds %v (%v): the plugin's sockets went there, not through the bind mount", entries, err)
+	}
+	if t.Failed() {
+		logReport(t, r)
 	}
 }

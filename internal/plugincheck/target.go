@@ -52,12 +52,12 @@ type Target interface {
 
 // CommandLine returns the argv and the extra environment that run a plugin's command line pointed
 // at the plugin directory dir: {plugin-dir} in the arguments is replaced by dir, and
-// KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_KUBELET_SOCKET are set. With mountNamespace, the command
-// runs in a private mount namespace where dir is bind-mounted on /var/lib/kubelet/device-plugins,
-// for plugins that cannot be told where the plugin directory is (Linux, root, and util-linux's
-// unshare; the directory is created on the host if it is missing, and nothing is mounted outside
-// the namespace).
-func CommandLine(args []string, dir string, mountNamespace bool) (argv, env []string, err error) {
+// KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_KUBELET_SOCKET are set. With mountAt (KubeletPluginDir, for
+// plugins that cannot be told where the plugin directory is), the command runs in a private mount
+// namespace where dir is bind-mounted on mountAt, and the plugin directory it is told of is
+// mountAt. That needs Linux, root and util-linux's unshare; mountAt is created on the host if it
+// is missing (an empty directory), and nothing is mounted outside the namespace.
+func CommandLine(args []string, dir, mountAt string) (argv, env []string, err error) {
 	if len(args) == 0 {
 		return nil, nil, errors.New("no plugin command")
 	}
@@ -66,7 +66,7 @@ func CommandLine(args []string, dir string, mountNamespace bool) (argv, env []st
 		argv[i] = strings.ReplaceAll(a, PluginDirPlaceholder, dir)
 	}
 	kubeletSocket := dir + "/" + kubeletSocketName
-	if mountNamespace {
+	if mountAt != "" {
 		if os.Geteuid() != 0 {
 			return nil, nil, fmt.Errorf("%w; run the plugin with its own flag or environment variable for the plugin directory instead", errNotRoot)
 		}
@@ -74,9 +74,9 @@ func CommandLine(args []string, dir string, mountNamespace bool) (argv, env []st
 			return nil, nil, fmt.Errorf("running a plugin in a private mount namespace needs unshare (util-linux): %w", err)
 		}
 		const script = `mkdir -p "$2" && mount --bind "$1" "$2" && shift 2 && exec "$@"`
-		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", dir, KubeletPluginDir}, argv...)
-		kubeletSocket = KubeletPluginDir + "/" + kubeletSocketName
-		dir = KubeletPluginDir
+		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", dir, mountAt}, argv...)
+		kubeletSocket = mountAt + "/" + kubeletSocketName
+		dir = mountAt
 	}
 	env = []string{EnvPluginDir + "=" + dir, EnvKubeletSocket + "=" + kubeletSocket}
 	return argv, env, nil
@@ -86,9 +86,9 @@ func CommandLine(args []string, dir string, mountNamespace bool) (argv, env []st
 type CommandTarget struct {
 	// Args is the command line; {plugin-dir} is replaced by the plugin directory.
 	Args []string
-	// MountNamespace runs it with the plugin directory bind-mounted on
-	// /var/lib/kubelet/device-plugins in a private mount namespace (see CommandLine).
-	MountNamespace bool
+	// MountAt, if set (KubeletPluginDir), runs it with the plugin directory bind-mounted there in
+	// a private mount namespace (see CommandLine).
+	MountAt string
 	// Log, if set, also receives what the plugin prints.
 	Log io.Writer
 
@@ -103,7 +103,7 @@ var _ Target = &CommandTarget{}
 
 // Start starts the command.
 func (t *CommandTarget) Start(_ context.Context, dir string) error {
-	argv, env, err := CommandLine(t.Args, dir, t.MountNamespace)
+	argv, env, err := CommandLine(t.Args, dir, t.MountAt)
 	if err != nil {
 		return err
 	}
@@ -116,6 +116,10 @@ func (t *CommandTarget) Start(_ context.Context, dir string) error {
 		out = io.MultiWriter(&t.tail, t.Log)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, so that a plugin killed after the stop timeout takes its children
+	// along; and do not wait for children that keep its output open.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", argv[0], err)
 	}
@@ -147,7 +151,7 @@ func (t *CommandTarget) Stop(timeout time.Duration) error {
 		}
 		return nil
 	case <-time.After(timeout):
-		_ = t.cmd.Process.Kill()
+		_ = syscall.Kill(-t.cmd.Process.Pid, syscall.SIGKILL)
 		<-t.exited
 		return fmt.Errorf("it had not exited %s after SIGTERM, and was killed", timeout)
 	}

@@ -48,6 +48,7 @@ func run() error {
 		count      = flag.Int("devices", 2, "Number of devices, named dev-0, dev-1, ...")
 		preStart   = flag.Bool("pre-start-required", true, "Ask for PreStartContainer.")
 		preferred  = flag.Bool("preferred-allocation", true, "Offer GetPreferredAllocation.")
+		defaults   = flag.Bool("stub-default-funcs", false, "Keep the stub's own Allocate and GetPreferredAllocation, which answer empty responses.")
 	)
 	flag.Parse()
 	logger := textlogger.NewLogger(textlogger.NewConfig())
@@ -60,8 +61,10 @@ func run() error {
 	}
 	kubeletSocket := filepath.Join(*dir, "kubelet.sock")
 	stub := plugin.NewDevicePluginStub(logger, devs, filepath.Join(*dir, *socketName), *resource, *preStart, *preferred)
-	stub.SetAllocFunc(allocate)
-	stub.SetGetPreferredAllocFunc(preferredAllocation)
+	if !*defaults {
+		stub.SetAllocFunc(allocate)
+		stub.SetGetPreferredAllocFunc(preferredAllocation)
+	}
 	if err := stub.Start(ctx); err != nil {
 		return fmt.Errorf("starting the stub: %w", err)
 	}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kubedevice/kubedevice/internal/plugincheck"
+)
+
+// errPluginFailed makes `kubedevice plugin test` exit non-zero when a check failed.
+var errPluginFailed = errors.New("the plugin failed conformance checks")
+
+func newPluginCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plugin",
+		Short: "Tools for device plugin authors",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newPluginTestCommand())
+	return cmd
+}
+
+func newPluginTestCommand() *cobra.Command {
+	var (
+		opts           plugincheck.Options
+		target         plugincheck.CommandTarget
+		healthChange   string
+		junit, logFile string
+		mountNamespace bool
+	)
+	cmd := &cobra.Command{
+		Use:   "test [flags] -- PLUGIN-COMMAND [ARGS...]",
+		Short: "Check a device plugin against the kubelet's rules (a conformance report, like csi-sanity)",
+		Long: `Check that a device plugin (device plugin API v1beta1) obeys the protocol as the kubelet uses it, and
+report per check pass, fail, warn or skip with what the checker saw and the rule it enforces.
+
+Given a command line, the checker creates a plugin directory (--plugin-dir, default a temporary one),
+serves the kubelet's Registration service on kubelet.sock there, and starts the plugin pointed at it:
+{plugin-dir} in the arguments is replaced by the directory, and KUBEDEVICE_PLUGIN_DIR and
+KUBEDEVICE_KUBELET_SOCKET are set. A plugin that can only use /var/lib/kubelet/device-plugins runs
+with --mount-namespace (Linux, root, util-linux's unshare): the directory is bind-mounted there in a
+private mount namespace. The checks: registration (version, resource name, endpoint, options),
+ListAndWatch (first list, device IDs, health values, a health change, the stream staying open),
+Allocate (every healthy device, several, an unknown ID, well-formed responses), PreStartContainer,
+GetPreferredAllocation, registering again after the kubelet restarts, and stopping on SIGTERM.
+
+Given --socket, the checker talks to a plugin that already runs and skips what needs registration.
+
+To check that the plugin reports a health change, give --health-change-cmd: a shell command that
+changes a device's health (KUBEDEVICE_PLUGIN_PID, KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_PLUGIN_SOCKET
+are set). Accepting an unknown device ID is a warning (the kubelet never sends one); --strict
+makes warnings fail. The exit code is 1 when a check failed.`,
+		Example: `  kubedevice plugin test -- bin/gopher-device-plugin --plugin-dir={plugin-dir} --gophers-dir=/tmp/gophers \
+      --health-change-cmd 'echo unhealthy > /tmp/gophers/gopher-0' --junit report.xml
+  sudo kubedevice plugin test --mount-namespace -- ./my-plugin        # hard-codes /var/lib/kubelet/device-plugins
+  kubedevice plugin test --socket /var/lib/kubelet/device-plugins/my.sock`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case opts.Socket != "" && len(args) > 0:
+				return errors.New("give either --socket or a plugin command, not both")
+			case opts.Socket == "" && len(args) == 0:
+				return errors.New("give a plugin command after --, or --socket")
+			case len(args) > 0:
+				target.Args = args
+				if mountNamespace {
+					target.MountAt = plugincheck.KubeletPluginDir
+				}
+				if logFile != "" {
+					f, err := os.Create(logFile)
+					if err != nil {
+						return fmt.Errorf("creating the plugin's log: %w", err)
+					}
+					defer f.Close()
+					target.Log = f
+				}
+				opts.Target = &target
+			}
+			if healthChange != "" {
+				opts.HealthChange = plugincheck.ShellHook(healthChange)
+			}
+			report, err := plugincheck.Run(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if err := report.WriteText(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			if junit != "" {
+				f, err := os.Create(junit)
+				if err != nil {
+					return fmt.Errorf("creating the JUnit report: %w", err)
+				}
+				werr := report.WriteJUnit(f)
+				if cerr := f.Close(); werr == nil {
+					werr = cerr
+				}
+				if werr != nil {
+					return werr
+				}
+			}
+			if report.Failed() {
+				return errPluginFailed
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Socket, "socket", "", "The socket of a plugin that already runs, instead of a command to start.")
+	f.StringVar(&opts.Dir, "plugin-dir", "", "The plugin directory to serve kubelet.sock in (default: a new temporary directory, removed at the end).")
+	f.BoolVar(&mountNamespace, "mount-namespace", false,
+		"Run the plugin in a private mount namespace with the plugin directory bind-mounted on "+plugincheck.KubeletPluginDir+" (Linux, root).")
+	f.StringVar(&healthChange, "health-change-cmd", "", "A shell command that changes the health of one of the plugin's devices.")
+	f.StringVar(&junit, "junit", "", "Also write the report as JUnit XML to this file.")
+	f.StringVar(&logFile, "plugin-log", "", "Write what the plugin prints to this file (its end is in the report when it does not register).")
+	f.BoolVar(&opts.Strict, "strict", false, "Count warnings as failures.")
+	f.DurationVar(&opts.Timeouts.Registration, "registration-timeout", plugincheck.DefaultRegistrationTimeout, "How long the plugin has to register after it starts.")
+	f.DurationVar(&opts.Timeouts.FirstList, "first-list-timeout", plugincheck.DefaultFirstListTimeout, "How long ListAndWatch has to send its first list.")
+	f.DurationVar(&opts.Timeouts.RPC, "rpc-timeout", plugincheck.DefaultRPCTimeout, "The deadline of each Allocate and GetPreferredAllocation call.")
+	f.DurationVar(&opts.Timeouts.HealthUpdate, "health-update-timeout", plugincheck.DefaultHealthUpdateTimeout, "How long after --health-change-cmd the new list may take.")
+	f.DurationVar(&opts.Timeouts.Reregistration, "reregistration-timeout", plugincheck.DefaultReregistrationTimeout,
+		"How long after kubelet.sock is created again the plugin has to register again.")
+	f.DurationVar(&opts.Timeouts.Stop, "stop-timeout", plugincheck.DefaultStopTimeout, "How long after SIGTERM the plugin has to exit.")
+	return cmd
+}
