@@ -161,9 +161,22 @@ build: ## Build the binaries into bin/.
 	@mkdir -p $(LOCALBIN)
 	@for b in $(BINARIES); do echo "go build -o bin/$$b ./cmd/$$b"; CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/$$b ./cmd/$$b; done
 
+# A device plugin author's plugin: its command line, with {plugin-dir} where the plugin directory goes
+# (see README, "For device plugin authors"); HEALTH_CHANGE is a shell command that flips a device's
+# health, for `make plugin-test`.
+PLUGIN ?=
+HEALTH_CHANGE ?=
+
 .PHONY: demo
-demo: envtest-assets build ## Run the demo: a local cluster with the agent, controller and Gopher plugin (bin/kubedevice dev; Ctrl-C stops it).
-	$(LOCALBIN)/kubedevice dev
+demo: envtest-assets build ## Run the demo: a local cluster with the agent, controller and Gopher plugin (bin/kubedevice dev; Ctrl-C stops it); PLUGIN='cmd --plugin-dir={plugin-dir}' adds your plugin.
+	$(LOCALBIN)/kubedevice dev $(if $(PLUGIN),--plugin '$(PLUGIN)')
+
+.PHONY: plugin-test
+plugin-test: ## Check the device plugin PLUGIN='cmd --plugin-dir={plugin-dir}' (HEALTH_CHANGE='shell command' optional): a conformance report, JUnit in bin/plugin-test/report.xml.
+	@[ -n "$(PLUGIN)" ] || { echo "make plugin-test needs PLUGIN='<your plugin's command line, with {plugin-dir}>'"; exit 1; }
+	@mkdir -p $(PLUGIN_TEST_BIN)
+	go build -o $(PLUGIN_TEST_BIN)/kubedevice ./cmd/kubedevice
+	$(PLUGIN_TEST_BIN)/kubedevice plugin test --junit $(PLUGIN_TEST_BIN)/report.xml $(if $(HEALTH_CHANGE),--health-change-cmd '$(HEALTH_CHANGE)') -- $(PLUGIN)
 
 IMAGE_BIN_DIR := $(LOCALBIN)/image
 

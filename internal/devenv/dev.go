@@ -199,6 +199,9 @@ func (d *dev) header() {
 	w := d.opts.Out
 	fmt.Fprintf(w, "kubedevice dev: etcd, kube-apiserver and kube-scheduler, the kubedevice controller, and node %s\n", NodeName)
 	fmt.Fprintf(w, "with the kubedevice agent as its device manager and the Gopher device plugin (no kubelet, no containers).\n")
+	if n := len(d.opts.Plugins); n > 0 {
+		fmt.Fprintf(w, "Beside the Gopher, %d plugin(s) of yours, pointed at the agent's plugin directory %s (logs: plugin-<n>.log).\n", n, d.l.pluginDir())
+	}
 	fmt.Fprintf(w, "Work directory %s; every component logs to %s/<name>.log.\n", displayPath(d.l.workDir), displayPath(d.l.logsDir()))
 	if d.l.tempRunDir {
 		fmt.Fprintf(w, "The work directory's path is too long for unix sockets: the sockets are in %s.\n", d.l.runDir)

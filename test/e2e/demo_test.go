@@ -188,6 +188,40 @@ func TestDemo(t *testing.T) {
 		checkNoRaces(t, workDir)
 	})
 
+	// A plugin author's plugin beside the Gopher (kubedevice dev --plugin): here the Gopher binary
+	// under another resource name, pointed at the agent's plugin directory by {plugin-dir}.
+	t.Run("author plugin", func(t *testing.T) {
+		tmp := t.TempDir()
+		workDir, gophers := filepath.Join(tmp, "demo"), filepath.Join(tmp, "author-gophers")
+		if err := os.MkdirAll(gophers, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range []string{"a-0", "a-1"} {
+			if err := os.WriteFile(filepath.Join(gophers, g), []byte("an author's device\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		plugin := fmt.Sprintf("%s --plugin-dir={plugin-dir} --resource-name=example.com/author --socket-name=author.sock --gophers-dir=%s",
+			filepath.Join(bin, "gopher-device-plugin"), gophers)
+		ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
+		defer cancel()
+		var out syncBuffer
+		cmd := devCommand(ctx, t, bin, k8s, workDir, &out, "--exit-after-demo", "--plugin", plugin)
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("kubedevice dev --exit-after-demo --plugin: %v", err)
+		}
+		checkOutput(t, out.String(), append(wantLines,
+			`^Starting plugin-1 \(.+\) \.+ +[0-9.]+s +example\.com/author: 2 devices, 2 allocatable$`,
+			`^Creating plugin-pod-1 asking for one example\.com/author \.+ +[0-9.]+s +bound to demo-node, holds example\.com/author/a-[01]$`,
+			`^demo-node-example-com-author-[0-9a-f]+ +demo-node +example\.com/author +2 +2 +1 +0 +Registered +\d+s$`,
+			`^default +plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/author=a-[01] +True +\d+s$`,
+			`^plugin-pod-1 +0/1 +Pending +0 +\d+s +<none> +demo-node +<none> +<none>$`,
+			`^Checked: gopher-pod is bound to demo-node and holds gopher-0`,
+		))
+		checkStopped(t, workDir)
+		checkNoRaces(t, workDir)
+	})
+
 	t.Run("until interrupted", func(t *testing.T) {
 		workDir := filepath.Join(t.TempDir(), "demo")
 		ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
