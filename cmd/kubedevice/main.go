@@ -76,7 +76,8 @@ The kubeconfig of the cluster's admin is <workdir>/kubeconfig; each component lo
 		Example: `  make demo                              # builds everything, then runs bin/kubedevice dev
   bin/kubedevice dev --exit-after-demo   # the end-to-end test: exit 0 only if the demo shows what it should
   bin/kubedevice dev --plugin './my-plugin --plugin-dir={plugin-dir}'   # your plugin beside the Gopher
-  sudo bin/kubedevice dev --plugin-mount-namespace --plugin ./my-plugin  # it hard-codes /var/lib/kubelet/device-plugins`,
+  sudo bin/kubedevice dev --plugin-mount-namespace --plugin ./my-plugin  # it hard-codes /var/lib/kubelet/device-plugins
+  bin/kubedevice dev --plugin-socket example.com/gpu=/run/my-plugin.sock    # a plugin already running (say, in a debugger)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Out = cmd.OutOrStdout()
@@ -97,6 +98,9 @@ The kubeconfig of the cluster's admin is <workdir>/kubeconfig; each component lo
 	f.StringArrayVar(&opts.Plugins, "plugin", nil,
 		"A device plugin's command line (run with sh -c) to run beside the Gopher, pointed at the agent's plugin directory: "+
 			"{plugin-dir} in it is replaced by the directory, and KUBEDEVICE_PLUGIN_DIR is set. The demo creates a pod asking for one device of its resource. Repeatable.")
+	f.StringArrayVar(&opts.PluginSockets, "plugin-socket", nil,
+		"A device plugin that already runs, as RESOURCE=SOCKET: its socket is linked into the agent's plugin directory and registered for RESOURCE, "+
+			"and the demo creates a pod asking for one device of it. Repeatable.")
 	f.BoolVar(&opts.PluginMountNamespace, "plugin-mount-namespace", false,
 		"Run the --plugin commands in a private mount namespace with the agent's plugin directory bind-mounted on /var/lib/kubelet/device-plugins, "+
 			"for plugins that cannot be told where it is (Linux, root, util-linux's unshare).")

@@ -72,6 +72,9 @@ type Options struct {
 	// KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_KUBELET_SOCKET are set. For each, the demo waits for
 	// its resource and creates a pod asking for one device of it.
 	Plugins []string
+	// PluginSockets are plugins that already run, as RESOURCE=SOCKET: each socket is linked into the
+	// agent's plugin directory and registered for RESOURCE, as the plugin would register itself.
+	PluginSockets []string
 	// PluginMountNamespace runs the Plugins in a private mount namespace where the agent's plugin
 	// directory is bind-mounted on /var/lib/kubelet/device-plugins (Linux, root), for plugins that
 	// cannot be told where it is.
@@ -123,6 +126,8 @@ type dev struct {
 	c        client.Client
 	rc       rest.Interface
 	agentRTI bool // the agent has --runtime-injection
+	// relays serve the sockets of --plugin-socket plugins in the agent's plugin directory.
+	relays []*relay
 }
 
 // Run starts a local cluster with no kubelet, runs the demo scenario on it and prints what
@@ -199,7 +204,7 @@ func (d *dev) header() {
 	w := d.opts.Out
 	fmt.Fprintf(w, "kubedevice dev: etcd, kube-apiserver and kube-scheduler, the kubedevice controller, and node %s\n", NodeName)
 	fmt.Fprintf(w, "with the kubedevice agent as its device manager and the Gopher device plugin (no kubelet, no containers).\n")
-	if n := len(d.opts.Plugins); n > 0 {
+	if n := len(d.opts.Plugins) + len(d.opts.PluginSockets); n > 0 {
 		fmt.Fprintf(w, "Beside the Gopher, %d plugin(s) of yours, pointed at the agent's plugin directory %s (logs: plugin-<n>.log).\n", n, d.l.pluginDir())
 	}
 	fmt.Fprintf(w, "Work directory %s; every component logs to %s/<name>.log.\n", displayPath(d.l.workDir), displayPath(d.l.logsDir()))
@@ -633,6 +638,9 @@ func (d *dev) shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		logger.Info("Stopped component", "name", c.name, "exit", c.cmd.ProcessState)
+	}
+	for _, r := range d.relays {
+		r.close()
 	}
 	if d.cp != nil {
 		fmt.Fprintf(d.opts.Out, "kube-apiserver, etcd ")

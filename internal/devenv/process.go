@@ -98,18 +98,19 @@ func (c *component) stop() error {
 	c.mu.Unlock()
 	select {
 	case <-c.done:
-		return nil
+		return c.stopGroup()
 	default:
 	}
-	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	// The whole process group: a --plugin command runs under sh -c, which does not pass SIGTERM on.
+	if err := syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stopping %s: %w", c.name, err)
 	}
 	select {
 	case <-c.done:
-		return nil
+		return c.stopGroup()
 	case <-time.After(stopTimeout):
 	}
-	if err := c.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("killing %s: %w", c.name, err)
 	}
 	select {
@@ -118,6 +119,22 @@ func (c *component) stop() error {
 	case <-time.After(stopTimeout):
 		return fmt.Errorf("stopping %s: %w", c.name, errStillRunning)
 	}
+}
+
+// stopGroup waits, after the component's process ended, for the rest of its process group (the
+// children of a --plugin command's shell) to end on the SIGTERM they got, and kills what remains
+// after stopTimeout.
+func (c *component) stopGroup() error {
+	pgid := c.cmd.Process.Pid
+	deadline := time.Now().Add(stopTimeout)
+	for syscall.Kill(-pgid, 0) == nil {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return fmt.Errorf("stopping %s: its children were killed after %s without exiting on SIGTERM", c.name, stopTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }
 
 // logTail returns the last lines of a component's log, formatted to follow an error message;

@@ -311,7 +311,12 @@ func TestSocketMode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the plugin: %v", err)
+		}
+	}()
 	socket := filepath.Join(dir, testplugin.SocketName)
 	r := runCheck(t, plugincheck.Options{Socket: socket, HealthChange: func(context.Context, []string) error { p.FlipHealth(); return nil }})
 	want := map[string]plugincheck.Outcome{}

@@ -208,10 +208,10 @@ func (r *run) skipAll(reason string, checks ...Check) {
 	}
 }
 
-// verdict records Pass with ok, or Fail (or failure) with the problems.
-func (r *run) verdict(c Check, started time.Time, problems []string, failure Outcome, ok ...string) {
+// verdict records Pass with ok, or Fail with the problems.
+func (r *run) verdict(c Check, started time.Time, problems []string, ok ...string) {
 	if len(problems) > 0 {
-		r.record(c, failure, started, problems...)
+		r.record(c, Fail, started, problems...)
 		return
 	}
 	r.record(c, Pass, started, ok...)
@@ -336,7 +336,7 @@ wait:
 	} else {
 		r.record(CheckVersion, Fail, now, fmt.Sprintf("version %q; the kubelet supports %q", req.GetVersion(), v1beta1.SupportedVersions))
 	}
-	r.verdict(CheckResourceName, now, prefixAll(fmt.Sprintf("resource name %q: ", req.GetResourceName()), validateResourceName(req.GetResourceName())), Fail,
+	r.verdict(CheckResourceName, now, prefixAll(fmt.Sprintf("resource name %q: ", req.GetResourceName()), validateResourceName(req.GetResourceName())),
 		fmt.Sprintf("resource name %q", req.GetResourceName()))
 	r.socket = filepath.Join(r.dir, req.GetEndpoint())
 	endpointProblems := prefixAll(fmt.Sprintf("endpoint %q: ", req.GetEndpoint()), validateEndpoint(req.GetEndpoint()))
@@ -347,7 +347,7 @@ wait:
 			endpointProblems = append(endpointProblems, fmt.Sprintf("endpoint %q is not a socket (%s)", req.GetEndpoint(), st.Mode()))
 		}
 	}
-	r.verdict(CheckEndpoint, now, endpointProblems, Fail, fmt.Sprintf("endpoint %q, a unix socket in the plugin directory", req.GetEndpoint()))
+	r.verdict(CheckEndpoint, now, endpointProblems, fmt.Sprintf("endpoint %q, a unix socket in the plugin directory", req.GetEndpoint()))
 
 	// Talk to the plugin: over the kubelet's connection, or (when the kubelet rejected the
 	// registration for its version or name) over a connection of our own, to check the rest.
@@ -396,8 +396,8 @@ func (r *run) checkListAndWatch(ctx context.Context) bool {
 	r.devices = msg.GetDevices()
 	r.record(CheckFirstList, Pass, started, fmt.Sprintf("first list after %s: %s", seconds(time.Since(started)), describeDevices(r.devices)))
 	now := time.Now()
-	r.verdict(CheckDeviceIDs, now, validateDeviceIDs(r.devices), Fail, fmt.Sprintf("%d devices, IDs valid and unique", len(r.devices)))
-	r.verdict(CheckHealthValues, now, validateHealth(r.devices), Fail, "every health is Healthy or Unhealthy")
+	r.verdict(CheckDeviceIDs, now, validateDeviceIDs(r.devices), fmt.Sprintf("%d devices, IDs valid and unique", len(r.devices)))
+	r.verdict(CheckHealthValues, now, validateHealth(r.devices), "every health is Healthy or Unhealthy")
 	return true
 }
 
@@ -452,7 +452,7 @@ func (r *run) checkAllocate(ctx context.Context) {
 			}
 		}
 	}
-	r.verdict(CheckAllocateEach, started, problems, Fail, fmt.Sprintf("Allocate answered for each of %d healthy devices", len(each)))
+	r.verdict(CheckAllocateEach, started, problems, fmt.Sprintf("Allocate answered for each of %d healthy devices", len(each)))
 
 	started = time.Now()
 	if len(healthy) < 2 {
@@ -511,10 +511,10 @@ func (r *run) checkAllocate(ctx context.Context) {
 		cdis += len(resp.GetCdiDevices())
 	}
 	n := len(r.responses)
-	r.verdict(CheckPaths, started, uniq(all.paths), Fail, fmt.Sprintf("%d responses: %d mounts, %d device nodes, all paths absolute", n, mounts, devs))
-	r.verdict(CheckPermissions, started, uniq(all.permissions), Fail, fmt.Sprintf("%d device nodes, permissions well formed", devs))
-	r.verdict(CheckDuplicates, started, uniq(all.duplicates), Fail, fmt.Sprintf("%d responses without duplicates", n))
-	r.verdict(CheckCDINames, started, uniq(all.cdi), Fail, fmt.Sprintf("%d CDI devices, names fully qualified", cdis))
+	r.verdict(CheckPaths, started, uniq(all.paths), fmt.Sprintf("%d responses: %d mounts, %d device nodes, all paths absolute", n, mounts, devs))
+	r.verdict(CheckPermissions, started, uniq(all.permissions), fmt.Sprintf("%d device nodes, permissions well formed", devs))
+	r.verdict(CheckDuplicates, started, uniq(all.duplicates), fmt.Sprintf("%d responses without duplicates", n))
+	r.verdict(CheckCDINames, started, uniq(all.cdi), fmt.Sprintf("%d CDI devices, names fully qualified", cdis))
 }
 
 func (r *run) checkPreStart(ctx context.Context) {
@@ -581,9 +581,9 @@ func (r *run) checkPreferred(ctx context.Context) {
 	r.record(CheckPreferredAnswers, Pass, started, fmt.Sprintf("%s answered %v", describe, got))
 	must, size, avail := validatePreferred(req, got)
 	ok := fmt.Sprintf("%s answered %v", describe, got)
-	r.verdict(CheckPreferredMustInclude, started, prefixAll(describe+": ", must), Fail, ok)
-	r.verdict(CheckPreferredSize, started, prefixAll(describe+": ", size), Fail, ok)
-	r.verdict(CheckPreferredAvailable, started, prefixAll(describe+": ", avail), Fail, ok)
+	r.verdict(CheckPreferredMustInclude, started, prefixAll(describe+": ", must), ok)
+	r.verdict(CheckPreferredSize, started, prefixAll(describe+": ", size), ok)
+	r.verdict(CheckPreferredAvailable, started, prefixAll(describe+": ", avail), ok)
 }
 
 func (r *run) checkHealthUpdate(ctx context.Context) {
@@ -719,7 +719,7 @@ func (r *run) checkStop() {
 	if _, statErr := os.Lstat(socket); statErr == nil {
 		problems = append(problems, fmt.Sprintf("its socket %s is still there after it stopped", socket))
 	}
-	r.verdict(CheckStop, started, problems, Fail, fmt.Sprintf("exited %s after it was asked to stop and removed %s", seconds(time.Since(started)), filepath.Base(socket)))
+	r.verdict(CheckStop, started, problems, fmt.Sprintf("exited %s after it was asked to stop and removed %s", seconds(time.Since(started)), filepath.Base(socket)))
 }
 
 func healthMap(devs []*v1beta1.Device) map[string]string {

@@ -41,7 +41,7 @@ func openListStream(ctx context.Context, client v1beta1.DevicePluginClient) (*li
 				if errors.Is(err, io.EOF) {
 					err = fmt.Errorf("%w: the plugin returned from ListAndWatch", errStreamEnded)
 				} else {
-					err = fmt.Errorf("%w: %v", errStreamEnded, err)
+					err = fmt.Errorf("%w: %w", errStreamEnded, err)
 				}
 				s.mu.Lock()
 				s.end = err

@@ -138,7 +138,7 @@ func (t *CommandTarget) Stop(timeout time.Duration) error {
 	}
 	select {
 	case <-t.exited:
-		return fmt.Errorf("it had already exited: %v", t.err)
+		return fmt.Errorf("it had already exited: %w", t.err)
 	default:
 	}
 	if err := t.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -147,7 +147,7 @@ func (t *CommandTarget) Stop(timeout time.Duration) error {
 	select {
 	case <-t.exited:
 		if t.err != nil {
-			return fmt.Errorf("it exited with %v", t.err)
+			return fmt.Errorf("it exited with %w", t.err)
 		}
 		return nil
 	case <-time.After(timeout):

@@ -188,34 +188,62 @@ func TestDemo(t *testing.T) {
 		checkNoRaces(t, workDir)
 	})
 
-	// A plugin author's plugin beside the Gopher (kubedevice dev --plugin): here the Gopher binary
-	// under another resource name, pointed at the agent's plugin directory by {plugin-dir}.
+	// Plugin authors' plugins beside the Gopher: one started by kubedevice dev (--plugin), the
+	// Gopher binary under another resource name pointed at the agent's plugin directory by
+	// {plugin-dir}; and one already running (--plugin-socket), the Gopher binary again.
 	t.Run("author plugin", func(t *testing.T) {
 		tmp := t.TempDir()
-		workDir, gophers := filepath.Join(tmp, "demo"), filepath.Join(tmp, "author-gophers")
-		if err := os.MkdirAll(gophers, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for _, g := range []string{"a-0", "a-1"} {
-			if err := os.WriteFile(filepath.Join(gophers, g), []byte("an author's device\n"), 0o644); err != nil {
+		workDir := filepath.Join(tmp, "demo")
+		gophers := func(name string, ids ...string) string {
+			dir := filepath.Join(tmp, name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
+			for _, g := range ids {
+				if err := os.WriteFile(filepath.Join(dir, g), []byte("an author's device\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return dir
 		}
 		plugin := fmt.Sprintf("%s --plugin-dir={plugin-dir} --resource-name=example.com/author --socket-name=author.sock --gophers-dir=%s",
-			filepath.Join(bin, "gopher-device-plugin"), gophers)
+			filepath.Join(bin, "gopher-device-plugin"), gophers("author-gophers", "a-0", "a-1"))
 		ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
 		defer cancel()
+		ownDir := filepath.Join(tmp, "own")
+		running := exec.CommandContext(ctx, filepath.Join(bin, "gopher-device-plugin"), "--plugin-dir="+ownDir,
+			"--resource-name=example.com/running", "--socket-name=running.sock", "--gophers-dir="+gophers("running-gophers", "r-0"))
+		var runningOut syncBuffer
+		running.Stdout, running.Stderr = &runningOut, &runningOut
+		defer func() {
+			if t.Failed() {
+				t.Logf("the running plugin's output:\n%s", runningOut.String())
+			}
+		}()
+		if err := running.Start(); err != nil {
+			t.Fatalf("starting the running plugin: %v", err)
+		}
+		defer func() { _ = running.Process.Signal(os.Interrupt); _ = running.Wait() }()
+		socket := filepath.Join(ownDir, "running.sock")
+		if err := poll(ctx, time.Minute, func() bool { _, err := os.Stat(socket); return err == nil }); err != nil {
+			t.Fatalf("the running plugin's socket %s did not appear: %v", socket, err)
+		}
 		var out syncBuffer
-		cmd := devCommand(ctx, t, bin, k8s, workDir, &out, "--exit-after-demo", "--plugin", plugin)
+		cmd := devCommand(ctx, t, bin, k8s, workDir, &out, "--exit-after-demo", "--plugin", plugin,
+			"--plugin-socket", "example.com/running="+socket)
 		if err := cmd.Run(); err != nil {
-			t.Fatalf("kubedevice dev --exit-after-demo --plugin: %v", err)
+			t.Fatalf("kubedevice dev --exit-after-demo --plugin --plugin-socket: %v", err)
 		}
 		checkOutput(t, out.String(), append(wantLines,
-			`^Starting plugin-1 \(.+\) \.+ +[0-9.]+s +example\.com/author: 2 devices, 2 allocatable$`,
-			`^Creating plugin-pod-1 asking for one example\.com/author \.+ +[0-9.]+s +bound to demo-node, holds example\.com/author/a-[01]$`,
+			`^Starting plugin-1 \.+ +[0-9.]+s +example\.com/author: 2 devices, 2 allocatable$`,
+			`^Creating plugin-pod-1 \.+ +[0-9.]+s +asks for one example\.com/author: bound to demo-node, holds example\.com/author/a-[01]$`,
 			`^demo-node-example-com-author-[0-9a-f]+ +demo-node +example\.com/author +2 +2 +1 +0 +Registered +\d+s$`,
 			`^default +plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/author=a-[01] +True +\d+s$`,
 			`^plugin-pod-1 +0/1 +Pending +0 +\d+s +<none> +demo-node +<none> +<none>$`,
+			`^Registering plugin-2 \(a running plugin\) \.+ +[0-9.]+s +example\.com/running: 1 devices, 1 allocatable$`,
+			`^Creating plugin-pod-2 \.+ +[0-9.]+s +asks for one example\.com/running: bound to demo-node, holds example\.com/running/r-0$`,
+			`^demo-node-example-com-running-[0-9a-f]+ +demo-node +example\.com/running +1 +1 +1 +0 +Registered +\d+s$`,
+			`^default +plugin-pod-2-[0-9a-f]+ +plugin-pod-2 +demo-node +example\.com/running=r-0 +True +\d+s$`,
 			`^Checked: gopher-pod is bound to demo-node and holds gopher-0`,
 		))
 		checkStopped(t, workDir)
