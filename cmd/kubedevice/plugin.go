@@ -109,7 +109,8 @@ makes warnings fail. The exit code is 1 when a check failed.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Socket, "socket", "", "The socket of a plugin that already runs, instead of a command to start.")
-	f.StringVar(&opts.Dir, "plugin-dir", "", "The plugin directory to serve kubelet.sock in (default: a new temporary directory, removed at the end).")
+	f.StringVar(&opts.Dir, "plugin-dir", "", "The plugin directory to serve kubelet.sock in (default: a new temporary directory, removed at the end). "+
+		"Its sockets are removed, as a starting kubelet does; a directory a device manager serves is refused.")
 	f.BoolVar(&mountNamespace, "mount-namespace", false,
 		"Run the plugin in a private mount namespace with the plugin directory bind-mounted on "+plugincheck.KubeletPluginDir+" (Linux, root).")
 	f.StringVar(&healthChange, "health-change-cmd", "", "A shell command that changes the health of one of the plugin's devices.")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/xml"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -482,5 +483,29 @@ func TestCommandTargetMountNamespace(t *testing.T) {
 	}
 	if t.Failed() {
 		logReport(t, r)
+	}
+}
+
+// The checker never takes over a plugin directory that a device manager serves: it would remove
+// the manager's sockets.
+func TestRefusesALiveDeviceManagersDirectory(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "kdpt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	target, _ := testPluginTarget()
+	_, err = plugincheck.Run(context.Background(), plugincheck.Options{Target: target, Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "a device manager serves") {
+		t.Errorf("Run in a live manager's directory = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kubelet.sock")); err != nil {
+		t.Errorf("the manager's socket: %v", err)
 	}
 }

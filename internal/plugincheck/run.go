@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,6 +164,12 @@ func (r *run) setupDir() error {
 		return fmt.Errorf("resolving the plugin directory: %w", err)
 	}
 	r.dir = abs
+	// The checker removes the directory's sockets, as a starting kubelet does: never those of a
+	// device manager that serves it.
+	if conn, err := net.DialTimeout("unix", filepath.Join(r.dir, kubeletSocketName), time.Second); err == nil {
+		_ = conn.Close()
+		return fmt.Errorf("%w: a device manager serves %s; give the checker a plugin directory of its own", errOptions, filepath.Join(r.dir, kubeletSocketName))
+	}
 	r.kubelet = newFakeKubelet(r.dir)
 	return r.kubelet.start()
 }
