@@ -62,9 +62,10 @@ func runTestPluginProcess(faults string) int {
 	return 0
 }
 
-// fastTimeouts keep the waits of failing checks short; passing checks do not wait for them.
+// fastTimeouts keep the waits of failing checks short; passing checks do not wait for them, and
+// 5 s leaves room for a loaded CI machine running the race detector.
 var fastTimeouts = plugincheck.Timeouts{
-	Registration: 5 * time.Second, FirstList: time.Second, HealthUpdate: time.Second,
+	Registration: 5 * time.Second, FirstList: 5 * time.Second, HealthUpdate: 5 * time.Second,
 	Reregistration: 5 * time.Second, Stop: 5 * time.Second,
 }
 
