@@ -66,7 +66,7 @@ var kubedeviceCRDs = []string{"nodedevices.kubedevice.io", "deviceallocations.ku
 
 // imageBinaries are the commands the manifests run from the image, built from cmd/: the chart's
 // post-delete hook runs kubedevice cleanup, which the suite also runs itself after a kustomize
-// uninstall.
+// uninstall. hack/e2e-node/e2e.sh builds the same list, with the same flags, before the suite.
 var imageBinaries = []string{"kubedevice-agent", "kubedevice-controller", "gopher-device-plugin", "kubedevice"}
 
 // cleanupJob is the chart's post-delete hook Job.
