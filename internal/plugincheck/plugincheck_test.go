@@ -86,24 +86,6 @@ func testPluginTarget(faults ...testplugin.Fault) (*plugincheck.FuncTarget, func
 	return target, hook
 }
 
-// toleratePkgDevicepluginStopRace turns into a pass the one failure the checker finds, now and
-// then, in plugins built on pkg/deviceplugin: when a plugin is stopped right after it registered
-// again following a kubelet restart, it may leave its socket behind. pkg/deviceplugin processes
-// the kubelet's removal of its socket after it has already re-created the socket (its run loop
-// was busy registering), takes its own new socket for another process's, stops listening on it,
-// and leaves it at stop ("Another process took over the device plugin socket" in its log). The
-// bug is pkg/deviceplugin's, reported for a fix there; until then these tests would be flaky.
-func toleratePkgDevicepluginStopRace(t *testing.T, r *plugincheck.Report) {
-	t.Helper()
-	for i, res := range r.Results {
-		if res.Check.ID == plugincheck.CheckStop.ID && res.Outcome == plugincheck.Fail &&
-			len(res.Evidence) == 1 && strings.Contains(res.Evidence[0], "is still there after it stopped") {
-			t.Logf("Known pkg/deviceplugin race, tolerated: %s", res.Evidence[0])
-			r.Results[i].Outcome = plugincheck.Pass
-		}
-	}
-}
-
 // outcomes maps each check's ID to its outcome.
 func outcomes(r *plugincheck.Report) map[string]plugincheck.Outcome {
 	m := map[string]plugincheck.Outcome{}
@@ -355,7 +337,6 @@ func TestGopherPlugin(t *testing.T) {
 		return os.WriteFile(filepath.Join(gophers, "gopher-0"), []byte("unhealthy\n"), 0o644)
 	}
 	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook, Strict: true})
-	toleratePkgDevicepluginStopRace(t, r)
 	for _, res := range r.Results {
 		if res.Outcome != plugincheck.Pass {
 			t.Errorf("%s: %s %v", res.Check.ID, res.Outcome, res.Evidence)
@@ -396,7 +377,6 @@ func TestDevicePluginExample(t *testing.T) {
 		return p.SetHealth("gopher-1", false)
 	}
 	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook})
-	toleratePkgDevicepluginStopRace(t, r)
 	got := outcomes(r)
 	want := map[string]plugincheck.Outcome{}
 	for _, c := range plugincheck.AllChecks {

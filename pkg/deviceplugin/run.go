@@ -225,6 +225,12 @@ func (r *runner) handleEvent(ev fsnotify.Event, now time.Time) {
 			r.ownRemovals--
 			return
 		}
+		// inotify names paths, not files: when the socket we serve is at the path, the event is
+		// about an earlier one (removed by a manager cleaning up before we re-created ours, and
+		// read only now). Closing our listener would leave a dead socket behind.
+		if fi, err := os.Lstat(r.path); err == nil && r.ln != nil && sameSocket(fi, r.lnInfo) {
+			return
+		}
 		// Someone else removed our socket: a manager cleaning stale
 		// sockets as it starts, or a newer instance of this plugin taking
 		// the path over. Look again shortly, and re-create it if the path
