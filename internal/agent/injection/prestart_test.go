@@ -1,4 +1,4 @@
-package agent
+package injection
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
 
@@ -91,7 +92,7 @@ func TestEndedContainer(t *testing.T) {
 			}
 			pod.Status.InitContainerStatuses = tc.init
 			pod.Status.ContainerStatuses = tc.app
-			if got := endedContainer(pod, containerNamed(pod, tc.container)); got != tc.want {
+			if got := endedContainer(pod, kube.ContainerNamed(pod, tc.container)); got != tc.want {
 				t.Errorf("endedContainer(%s): got %q, want %q", tc.container, got, tc.want)
 			}
 		})

@@ -1,13 +1,13 @@
-package agent
+package injection
 
 import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -23,7 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/kubedevice/kubedevice/internal/agent/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
@@ -37,6 +38,16 @@ const EventReasonPreStartContainerFailed = "PreStartContainerFailed"
 // the first start of the pod's containers.
 const preStartAllocation = "allocation"
 
+// Retry delays of a failed PreStartContainer call: doubling from the first to the last.
+const (
+	retryBaseDelay = time.Second
+	retryMaxDelay  = 2 * time.Minute
+)
+
+// preStartReconcileTimeout bounds a pod's reconcile, and with it every plugin call and API call
+// it makes: PreStartContainer has a 30 s deadline of its own, per resource.
+const preStartReconcileTimeout = 2 * time.Minute
+
 // preStartWorkers is the number of pods whose PreStartContainer calls run at once: a plugin that
 // hangs (up to the call's 30 s deadline) holds one.
 const preStartWorkers = 2
@@ -47,20 +58,23 @@ const preStartWorkers = 2
 // runs for a pod when its container statuses change (a container that ended and will be
 // restarted is prepared before the kubelet restarts it, so the restart is not refused) and when
 // the NRI hook refused a creation for want of a grant; a failed call is retried with backoff.
-// The first start of each container is prepared by the pod controller, at allocation.
+// The first start of each container is prepared at allocation (PrepareFirstStarts).
 type preStartReconciler struct {
-	*Agent
+	*Injection
 	backoff workqueue.TypedRateLimiter[reconcile.Request]
 }
 
-func (r *preStartReconciler) setupWithManager(mgr manager.Manager) error {
-	r.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryBaseDelay, retryMaxDelay)
+func setupPreStart(mgr manager.Manager, x *Injection) error {
+	r := &preStartReconciler{
+		Injection: x,
+		backoff:   workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryBaseDelay, retryMaxDelay),
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pod-prestart").
 		For(&corev1.Pod{}, builder.WithPredicates(
 			predicate.NewPredicateFuncs(func(o client.Object) bool {
 				pod, ok := o.(*corev1.Pod)
-				return !ok || len(requestedResources(pod)) > 0
+				return !ok || len(kube.RequestedResources(pod)) > 0
 			}),
 			predicate.Funcs{UpdateFunc: containerStatusesChanged},
 		)).
@@ -68,7 +82,7 @@ func (r *preStartReconciler) setupWithManager(mgr manager.Manager) error {
 		WithOptions(crcontroller.Options{
 			MaxConcurrentReconciles: preStartWorkers,
 			NeedLeaderElection:      ptr.To(false),
-			ReconciliationTimeout:   podReconcileTimeout,
+			ReconciliationTimeout:   preStartReconcileTimeout,
 		}).
 		Complete(r)
 }
@@ -82,8 +96,8 @@ func (r *preStartReconciler) requests(_ context.Context, q workqueue.TypedRateLi
 // requestPreStart asks for the pod's PreStartContainer calls: the NRI hook refused a creation
 // for want of a grant, or the call at allocation failed. It never blocks; before the controller
 // runs it does nothing (the kubelet retries the creation, which asks again).
-func (a *Agent) requestPreStart(namespace, name string) {
-	if q := a.preStartQueue.Load(); q != nil {
+func (x *Injection) requestPreStart(namespace, name string) {
+	if q := x.preStartQueue.Load(); q != nil {
 		(*q).Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}})
 	}
 }
@@ -93,32 +107,28 @@ func (a *Agent) requestPreStart(namespace, name string) {
 // status shows the container ended and to be restarted. A container that runs is never called
 // for.
 func (r *preStartReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if err := r.waitReady(ctx); err != nil {
+	if err := r.opts.Gate.Wait(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	pod := &corev1.Pod{}
-	if err := r.client.Get(ctx, req.NamespacedName, pod); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.backoff.Forget(req)
-			return reconcile.Result{}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("getting pod %s: %w", req, err)
+	pod, err := r.pods.Get(ctx, req.Namespace, req.Name)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
-	if pod.Spec.NodeName != r.opts.NodeName || isTerminal(pod) || !pod.DeletionTimestamp.IsZero() {
+	if pod == nil || kube.IsTerminal(pod) || !pod.DeletionTimestamp.IsZero() {
 		// The kubelet starts no container of a pod that ends or is being deleted.
 		r.backoff.Forget(req)
 		return reconcile.Result{}, nil
 	}
-	alloc, held := r.dm.PodAllocation(string(pod.UID))
+	alloc, held := r.opts.Core.PodAllocation(string(pod.UID))
 	if !held {
 		r.backoff.Forget(req)
 		return reconcile.Result{}, nil
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID))
-	uid := runtimeUID(pod)
+	uid := kube.RuntimeUID(pod)
 	failed := false
 	for _, ca := range alloc.Containers {
-		c := containerNamed(pod, ca.Name)
+		c := kube.ContainerNamed(pod, ca.Name)
 		if c == nil || !r.grants.Required(resourceNames(ca)) {
 			continue
 		}
@@ -142,33 +152,57 @@ func (r *preStartReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 // container ended (empty: a start that follows no ended container), and records a grant; a
 // failure is recorded, counted and reported with a Warning event on the pod once per distinct
 // error. It reports whether the call succeeded.
-func (a *Agent) preStart(ctx context.Context, pod *corev1.Pod, c *corev1.Container, trigger, ended string) bool {
+func (x *Injection) preStart(ctx context.Context, pod *corev1.Pod, c *corev1.Container, trigger, ended string) bool {
 	lg := log.FromContext(ctx).WithValues("container", c.Name, "trigger", trigger)
-	for _, res := range containerResources(c) {
-		if _, known := a.dm.PreStartRequired(res); !known && a.grants.Required([]string{res}) {
+	for _, res := range kube.ContainerResources(c) {
+		if _, known := x.opts.Core.PreStartRequired(res); !known && x.grants.Required([]string{res}) {
 			// Restored from the checkpoint, its plugin required PreStartContainer before the
 			// agent restarted: the core would skip the call (no options yet, as the kubelet's),
 			// so the start waits until the plugin is back.
 			msg := fmt.Sprintf("waiting for the device plugin of %s to register again: it requires PreStartContainer", res)
-			a.grants.Fail(pod.Namespace, pod.Name, runtimeUID(pod), c.Name, msg)
+			x.grants.Fail(pod.Namespace, pod.Name, kube.RuntimeUID(pod), c.Name, msg)
 			lg.V(1).Info("PreStartContainer waits for the device plugin to register again", "resourceName", res)
 			return false
 		}
 	}
-	err := a.dm.PreStartContainer(ctx, pod, c)
+	err := x.opts.Core.PreStartContainer(ctx, pod, c)
 	if err == nil {
 		preStartCalls.WithLabelValues(trigger, "success").Inc()
-		a.grants.Grant(pod.Namespace, pod.Name, runtimeUID(pod), c.Name, ended)
+		x.grants.Grant(pod.Namespace, pod.Name, kube.RuntimeUID(pod), c.Name, ended)
 		lg.V(1).Info("Called PreStartContainer ahead of a container start")
 		return true
 	}
 	preStartCalls.WithLabelValues(trigger, "failure").Inc()
-	msg := truncate(err.Error(), maxPendingReason)
-	if a.grants.Fail(pod.Namespace, pod.Name, runtimeUID(pod), c.Name, msg) {
-		a.recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventReasonPreStartContainerFailed, "PreStartContainer", "container %q: %s", c.Name, msg)
+	msg := kube.Truncate(err.Error(), maxPendingReason)
+	if x.grants.Fail(pod.Namespace, pod.Name, kube.RuntimeUID(pod), c.Name, msg) {
+		x.opts.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventReasonPreStartContainerFailed, "PreStartContainer", "container %q: %s", c.Name, msg)
 	}
 	lg.V(1).Info("PreStartContainer failed; the container's start waits, retrying", "err", msg)
 	return false
+}
+
+// PrepareFirstStarts calls PreStartContainer for the first start of each container of a newly
+// allocated pod whose plugin requires it, as the kubelet does before that start, and records the
+// grants the NRI hook admits the containers by. A container that already has a record (the
+// DeviceAllocation write failed after an earlier call) is left to the PreStartContainer
+// controller: it may run. A failed call does not fail the allocation: the container's creation
+// waits while the PreStartContainer controller retries it.
+func (x *Injection) PrepareFirstStarts(ctx context.Context, pod *corev1.Pod, alloc nodeagent.PodAllocation) {
+	uid := kube.RuntimeUID(pod)
+	for _, ca := range alloc.Containers {
+		resources := resourceNames(ca)
+		for _, res := range resources {
+			// The core says it first: the NodeDevice mirror records it a moment later.
+			x.RefreshPreStart(res)
+		}
+		c := kube.ContainerNamed(pod, ca.Name)
+		if c == nil || !x.grants.Required(resources) || x.grants.Has(uid, c.Name) {
+			continue
+		}
+		if !x.preStart(ctx, pod, c, preStartAllocation, "") {
+			x.requestPreStart(pod.Namespace, pod.Name)
+		}
+	}
 }
 
 // resourceNames returns the resources of a container's devices.

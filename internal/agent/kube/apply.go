@@ -1,4 +1,4 @@
-package agent
+package kube
 
 import (
 	"context"
@@ -11,33 +11,35 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
+// The kinds the agent applies.
 var (
-	nodeDeviceGVK       = kdv1alpha1.GroupVersion.WithKind("NodeDevice")
-	deviceAllocationGVK = kdv1alpha1.GroupVersion.WithKind("DeviceAllocation")
+	NodeDeviceGVK       = kdv1alpha1.GroupVersion.WithKind("NodeDevice")
+	DeviceAllocationGVK = kdv1alpha1.GroupVersion.WithKind("DeviceAllocation")
 )
 
-// applyObject server-side applies obj's metadata (name, namespace, labels, owner references) and
-// spec as the fields the agent owns, under FieldOwner, creating the object if need be. Fields the
-// agent never applied (an administrator's cordons, the controller's finalizer) are left alone. It
-// returns the object's generation after the write.
-func applyObject(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, obj client.Object) (int64, error) {
+// Apply server-side applies obj's metadata (name, namespace, labels, owner references) and spec
+// as the fields the agent owns, under contract.AgentFieldOwner, creating the object if need be.
+// Fields the agent never applied (an administrator's cordons, the controller's finalizer) are left
+// alone. It returns the object's generation after the write.
+func Apply(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, obj client.Object) (int64, error) {
 	u, err := toApply(gvk, obj)
 	if err != nil {
 		return 0, err
 	}
 	unstructured.RemoveNestedField(u.Object, "status")
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(contract.AgentFieldOwner), client.ForceOwnership); err != nil {
 		return 0, fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
 	}
-	apiWrites.WithLabelValues(gvk.Kind, "apply").Inc()
+	CountWrite(gvk.Kind, "apply")
 	return u.GetGeneration(), nil
 }
 
-// applyStatus server-side applies obj's status as the whole status the agent owns, under
-// FieldOwner. The object must exist: the status subresource never creates one.
-func applyStatus(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, obj client.Object) error {
+// ApplyStatus server-side applies obj's status as the whole status the agent owns, under
+// contract.AgentFieldOwner. The object must exist: the status subresource never creates one.
+func ApplyStatus(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, obj client.Object) error {
 	u, err := toApply(gvk, obj)
 	if err != nil {
 		return err
@@ -45,16 +47,16 @@ func applyStatus(ctx context.Context, c client.Client, gvk schema.GroupVersionKi
 	unstructured.RemoveNestedField(u.Object, "spec")
 	unstructured.RemoveNestedField(u.Object, "metadata", "labels")
 	unstructured.RemoveNestedField(u.Object, "metadata", "ownerReferences")
-	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(contract.AgentFieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying the status of %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
 	}
-	apiWrites.WithLabelValues(gvk.Kind, "applyStatus").Inc()
+	CountWrite(gvk.Kind, "applyStatus")
 	return nil
 }
 
-// deleteObject deletes obj if it is still the object the agent read (same UID); an object already
-// gone is not an error.
-func deleteObject(ctx context.Context, c client.Client, kind string, obj client.Object) error {
+// Delete deletes obj if it is still the object the agent read (same UID); an object already gone
+// is not an error.
+func Delete(ctx context.Context, c client.Client, kind string, obj client.Object) error {
 	uid := obj.GetUID()
 	if err := c.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -62,7 +64,7 @@ func deleteObject(ctx context.Context, c client.Client, kind string, obj client.
 		}
 		return fmt.Errorf("deleting %s %s: %w", kind, client.ObjectKeyFromObject(obj), err)
 	}
-	apiWrites.WithLabelValues(kind, "delete").Inc()
+	CountWrite(kind, "delete")
 	return nil
 }
 

@@ -9,7 +9,7 @@
 // The runtime calls its NRI plugins one container at a time, node-wide, and gives up on a plugin
 // after its request timeout (containerd: 2 s): it disconnects the plugin and creates the container
 // without the adjustment. So the handler makes no RPC and no API call, and never calls a device
-// plugin's PreStartContainer: it reads the Index, which the agent's pod controller fills as it
+// plugin's PreStartContainer: it reads the Index, which the agent's allocation flow fills as it
 // allocates (allocation happens when the pod is bound, before the kubelet creates containers).
 // Device nodes are stat'ed when a pod is recorded and cached by path, so the handler makes no
 // system call for a device it has seen. It answers in a few microseconds (see the benchmark).
@@ -59,4 +59,9 @@
 // annotation to pods that request kubedevice resources. The state of the connection is the
 // RuntimeInjectionReady condition of the node's NodeDevices and the
 // kubedevice_agent_nri_connected gauge; it never makes the agent unready.
+//
+// It owns the NRI protocol: the plugin, its connection, the Index and the Grants. It knows
+// nothing of the core, of the API server or of the agent's flows: package injection fills its
+// Index and Grants and answers its PodChecker; it may import nothing of kubedevice but the core's
+// poddevices types it injects.
 package nri

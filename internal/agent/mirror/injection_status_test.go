@@ -1,4 +1,4 @@
-package agent
+package mirror
 
 import (
 	"testing"
@@ -6,12 +6,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
-	"github.com/kubedevice/kubedevice/internal/agent/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
@@ -74,27 +73,5 @@ func TestWithRuntimeInjection(t *testing.T) {
 		ObservedGeneration: 1, LastTransitionTime: metav1.NewTime(later.Truncate(time.Second))}
 	if diff := cmp.Diff(want, *meta.FindStatusCondition(down.Conditions, kdv1alpha1.NodeDeviceRuntimeInjectionReady), cmpopts.IgnoreFields(metav1.Condition{}, "Message")); diff != "" {
 		t.Errorf("condition after a disconnection (-want +got):\n%s", diff)
-	}
-}
-
-func TestRuntimeUID(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "api-uid"}}
-	if got := runtimeUID(pod); got != "api-uid" {
-		t.Errorf("pod: got %q", got)
-	}
-	pod.Annotations = map[string]string{mirrorPodAnnotation: "config-hash"}
-	if got := runtimeUID(pod); got != "config-hash" {
-		t.Errorf("mirror pod: got %q, want the static pod's UID", got)
-	}
-}
-
-func TestParseRuntimeInjection(t *testing.T) {
-	for _, s := range []string{"nri", "none"} {
-		if got, err := ParseRuntimeInjection(s); err != nil || string(got) != s {
-			t.Errorf("%q: got %q, %v", s, got, err)
-		}
-	}
-	if _, err := ParseRuntimeInjection("cri"); err == nil {
-		t.Error("an unknown value was accepted")
 	}
 }

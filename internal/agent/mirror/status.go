@@ -1,7 +1,6 @@
-package agent
+package mirror
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -10,11 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
-	"github.com/kubedevice/kubedevice/internal/agent/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
@@ -34,7 +34,7 @@ type shardPlan struct {
 }
 
 // planShards lays the devices of snap out in shards of at most MaxDevicesPerShard, in ID order,
-// named NodeDeviceName(node, resource, i), and sorts the existing objects of the resource into
+// named kube.NodeDeviceName(node, resource, i), and sorts the existing objects of the resource into
 // those to keep and those to delete. An existing object outside the layout (a surplus shard after
 // the device set shrank, or one made by hand) is kept, listing no devices, while it carries
 // cordons, so an administrator's cordon is never dropped; otherwise it is deleted. An object
@@ -48,7 +48,7 @@ func planShards(node string, snap nodeagent.ResourceSnapshot, existing []kdv1alp
 	for i := range n {
 		lo := i * kdv1alpha1.MaxDevicesPerShard
 		hi := min(lo+kdv1alpha1.MaxDevicesPerShard, len(snap.Devices))
-		name := NodeDeviceName(node, snap.ResourceName, i)
+		name := kube.NodeDeviceName(node, snap.ResourceName, i)
 		keep = append(keep, shardPlan{
 			name:    name,
 			shard:   ptr.To(int32(i)),
@@ -71,18 +71,6 @@ func planShards(node string, snap nodeagent.ResourceSnapshot, existing []kdv1alp
 	return keep, remove
 }
 
-// cordonedIDs returns the device IDs cordoned by any of the objects, sorted, without duplicates.
-func cordonedIDs(objs []kdv1alpha1.NodeDevice) []string {
-	var ids []string
-	for i := range objs {
-		for _, c := range objs[i].Spec.Cordons {
-			ids = append(ids, c.DeviceID)
-		}
-	}
-	slices.Sort(ids)
-	return slices.Compact(ids)
-}
-
 // nodeDeviceMetaUpToDate reports whether nd already has the labels, owner reference and spec
 // fields the agent applies.
 func nodeDeviceMetaUpToDate(nd *kdv1alpha1.NodeDevice, node *corev1.Node, resource string, shard *int32) bool {
@@ -92,20 +80,16 @@ func nodeDeviceMetaUpToDate(nd *kdv1alpha1.NodeDevice, node *corev1.Node, resour
 			return false
 		}
 	}
-	return hasOwner(nd.OwnerReferences, node.UID) &&
+	return kube.HasOwner(nd.OwnerReferences, node.UID) &&
 		nd.Spec.NodeName == node.Name && nd.Spec.ResourceName == resource &&
 		ptr.Equal(nd.Spec.Shard, shard)
 }
 
 func nodeDeviceLabels(node, resource string) map[string]string {
 	return map[string]string{
-		kdv1alpha1.LabelNodeName:     LabelValue(node),
-		kdv1alpha1.LabelResourceName: LabelValue(resource),
+		kdv1alpha1.LabelNodeName:     kube.LabelValue(node),
+		kdv1alpha1.LabelResourceName: kube.LabelValue(resource),
 	}
-}
-
-func hasOwner(refs []metav1.OwnerReference, uid types.UID) bool {
-	return slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == uid })
 }
 
 // nodeDeviceStatus computes the status of one shard: the devices it lists, counted; the plugin;
@@ -188,7 +172,7 @@ func nodeDeviceStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.Devic
 		registeredCondition(snap, awaiting, generation),
 		healthyCondition(snap, st, generation),
 	} {
-		st.Conditions = append(st.Conditions, withTransitionTime(c, meta.FindStatusCondition(cur.Conditions, c.Type), nowTime))
+		st.Conditions = append(st.Conditions, contract.WithTransitionTime(c, meta.FindStatusCondition(cur.Conditions, c.Type), nowTime))
 	}
 	return st
 }
@@ -238,7 +222,7 @@ func withRuntimeInjection(st kdv1alpha1.NodeDeviceStatus, current *kdv1alpha1.No
 	c, known := runtimeInjectionCondition(injection, generation)
 	switch {
 	case known:
-		st.Conditions = append(st.Conditions, withTransitionTime(c, got, metav1.NewTime(now.Truncate(time.Second))))
+		st.Conditions = append(st.Conditions, contract.WithTransitionTime(c, got, metav1.NewTime(now.Truncate(time.Second))))
 	case got != nil:
 		st.Conditions = append(st.Conditions, *got.DeepCopy())
 	}
@@ -276,37 +260,15 @@ func nodeDeviceStatusUpToDate(current *kdv1alpha1.NodeDevice, want kdv1alpha1.No
 		return false
 	}
 	got := current.Status.DeepCopy()
-	got.Conditions = ownedConditions(got.Conditions, nodeDeviceConditions)
+	got.Conditions = kube.OwnedConditions(got.Conditions, nodeDeviceConditions)
 	w := want.DeepCopy()
-	w.Conditions = ownedConditions(w.Conditions, nodeDeviceConditions)
+	w.Conditions = kube.OwnedConditions(w.Conditions, nodeDeviceConditions)
 	for _, s := range []*kdv1alpha1.NodeDeviceStatus{got, w} {
 		if s.Checkpoint != nil {
 			s.Checkpoint.LastWriteTime = nil
 		}
 	}
 	return equality.Semantic.DeepEqual(got, w)
-}
-
-// ownedConditions returns the conditions of the given types, sorted by type.
-func ownedConditions(conds []metav1.Condition, types []string) []metav1.Condition {
-	var out []metav1.Condition
-	for _, c := range conds {
-		if slices.Contains(types, c.Type) {
-			out = append(out, c)
-		}
-	}
-	slices.SortFunc(out, func(a, b metav1.Condition) int { return cmp.Compare(a.Type, b.Type) })
-	return out
-}
-
-// withTransitionTime returns c with the transition time of got when the status did not change,
-// now otherwise.
-func withTransitionTime(c metav1.Condition, got *metav1.Condition, now metav1.Time) metav1.Condition {
-	c.LastTransitionTime = now
-	if got != nil && got.Status == c.Status {
-		c.LastTransitionTime = got.LastTransitionTime
-	}
-	return c
 }
 
 // apiTime returns t as the API stores it (whole seconds), or nil for the zero time.

@@ -1,11 +1,10 @@
-package agent
+package allocation
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -13,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
@@ -27,13 +28,18 @@ const (
 	maxMessageLength = 32768
 )
 
-// deviceAllocationStatus computes the status of pod's DeviceAllocation: what alloc (nil when the
-// pod holds nothing) says its containers hold, in the pod's order, init containers first, with
-// the runtime options alloc recorded; and the Allocated condition at generation, False with the
-// core's reason and message when allocErr is not nil. Transition times already recorded in
-// current are kept while the status holds.
+// deviceAllocationStatus computes the status of pod's DeviceAllocation for the object current (nil
+// when there is none) at generation: desiredStatus stamped for that object.
 func deviceAllocationStatus(pod *corev1.Pod, alloc *nodeagent.PodAllocation, allocErr error,
 	current *kdv1alpha1.DeviceAllocation, generation int64, now time.Time) kdv1alpha1.DeviceAllocationStatus {
+	return stamped(desiredStatus(pod, alloc, allocErr, now), current, generation)
+}
+
+// desiredStatus computes the status of pod's DeviceAllocation: what alloc (nil when the pod holds
+// nothing) says its containers hold, in the pod's order, init containers first, with the runtime
+// options alloc recorded; and the Allocated condition, False with the core's reason and message
+// when allocErr is not nil, that changed at now. It is not yet stamped for an object (stamped).
+func desiredStatus(pod *corev1.Pod, alloc *nodeagent.PodAllocation, allocErr error, now time.Time) kdv1alpha1.DeviceAllocationStatus {
 	var st kdv1alpha1.DeviceAllocationStatus
 	if alloc != nil {
 		byName := make(map[string]nodeagent.ContainerAllocation, len(alloc.Containers))
@@ -61,27 +67,40 @@ func deviceAllocationStatus(pod *corev1.Pod, alloc *nodeagent.PodAllocation, all
 	}
 	st.Summary = summary(st.Containers)
 
-	c := metav1.Condition{Type: kdv1alpha1.DeviceAllocationAllocated, ObservedGeneration: generation}
+	c := metav1.Condition{Type: kdv1alpha1.DeviceAllocationAllocated, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second))}
 	if allocErr != nil {
 		c.Status = metav1.ConditionFalse
 		c.Reason = string(nodeagent.AllocationReasonOf(allocErr))
-		c.Message = truncate(allocErr.Error(), maxMessageLength)
+		c.Message = kube.Truncate(allocErr.Error(), maxMessageLength)
 	} else {
 		c.Status, c.Reason = metav1.ConditionTrue, kdv1alpha1.ReasonAllocated
 		c.Message = fmt.Sprintf("The pod's %d devices are allocated and checkpointed on node %s.", deviceCount(st.Containers), pod.Spec.NodeName)
 	}
-	var got *metav1.Condition
-	if current != nil {
-		got = meta.FindStatusCondition(current.Status.Conditions, c.Type)
+	st.Conditions = []metav1.Condition{c}
+	return st
+}
+
+// stamped returns want for the object current (nil when there is none) at generation: its
+// conditions observe generation, and keep the transition times current records while their
+// status holds. want is not modified.
+func stamped(want kdv1alpha1.DeviceAllocationStatus, current *kdv1alpha1.DeviceAllocation, generation int64) kdv1alpha1.DeviceAllocationStatus {
+	st := want
+	st.Conditions = make([]metav1.Condition, len(want.Conditions))
+	for i, c := range want.Conditions {
+		c.ObservedGeneration = generation
+		var got *metav1.Condition
+		if current != nil {
+			got = meta.FindStatusCondition(current.Status.Conditions, c.Type)
+		}
+		st.Conditions[i] = contract.WithTransitionTime(c, got, c.LastTransitionTime)
 	}
-	st.Conditions = []metav1.Condition{withTransitionTime(c, got, metav1.NewTime(now.Truncate(time.Second)))}
 	return st
 }
 
 // releasedStatus returns current's status, as the agent owns it, with Released=True for reason.
 func releasedStatus(current *kdv1alpha1.DeviceAllocation, reason, message string, now time.Time) kdv1alpha1.DeviceAllocationStatus {
 	st := *current.Status.DeepCopy()
-	st.Conditions = ownedConditions(st.Conditions, deviceAllocationConditions)
+	st.Conditions = kube.OwnedConditions(st.Conditions, deviceAllocationConditions)
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type:               kdv1alpha1.DeviceAllocationReleased,
 		Status:             metav1.ConditionTrue,
@@ -93,16 +112,16 @@ func releasedStatus(current *kdv1alpha1.DeviceAllocation, reason, message string
 	return st
 }
 
-// deviceAllocationStatusUpToDate reports whether the object's status already says what want says,
+// statusUpToDate reports whether the object's status already says what want says,
 // in the fields the agent owns.
-func deviceAllocationStatusUpToDate(current *kdv1alpha1.DeviceAllocation, want kdv1alpha1.DeviceAllocationStatus) bool {
+func statusUpToDate(current *kdv1alpha1.DeviceAllocation, want kdv1alpha1.DeviceAllocationStatus) bool {
 	if current == nil {
 		return false
 	}
 	got := current.Status.DeepCopy()
-	got.Conditions = ownedConditions(got.Conditions, deviceAllocationConditions)
+	got.Conditions = kube.OwnedConditions(got.Conditions, deviceAllocationConditions)
 	w := want.DeepCopy()
-	w.Conditions = ownedConditions(w.Conditions, deviceAllocationConditions)
+	w.Conditions = kube.OwnedConditions(w.Conditions, deviceAllocationConditions)
 	return equality.Semantic.DeepEqual(got, w)
 }
 
@@ -212,8 +231,8 @@ func podAllocationOf(da *kdv1alpha1.DeviceAllocation) (nodeagent.PodAllocation, 
 	return pa, true
 }
 
-// podAllocationsOf rebuilds the core's records from the live DeviceAllocations among das.
-func podAllocationsOf(das []kdv1alpha1.DeviceAllocation) []nodeagent.PodAllocation {
+// PodAllocationsOf rebuilds the core's records from the live DeviceAllocations among das.
+func PodAllocationsOf(das []kdv1alpha1.DeviceAllocation) []nodeagent.PodAllocation {
 	var out []nodeagent.PodAllocation
 	for i := range das {
 		if pa, ok := podAllocationOf(&das[i]); ok {
@@ -243,7 +262,7 @@ func summary(containers []kdv1alpha1.ContainerAllocation) string {
 		slices.Sort(l)
 		parts = append(parts, r+"="+strings.Join(slices.Compact(l), ","))
 	}
-	return truncate(strings.Join(parts, ";"), maxSummaryLength)
+	return kube.Truncate(strings.Join(parts, ";"), maxSummaryLength)
 }
 
 // deviceCount is the number of distinct devices the containers hold.
@@ -259,14 +278,16 @@ func deviceCount(containers []kdv1alpha1.ContainerAllocation) int {
 	return len(seen)
 }
 
-// truncate cuts s to at most n bytes, at a rune boundary, marking the cut with "...".
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// conditionChanged reports whether want's condition of type t differs from current's in status,
+// reason or message.
+func conditionChanged(current *kdv1alpha1.DeviceAllocation, want kdv1alpha1.DeviceAllocationStatus, t string) bool {
+	w := meta.FindStatusCondition(want.Conditions, t)
+	if current == nil {
+		return w != nil
 	}
-	cut := n - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	g := meta.FindStatusCondition(current.Status.Conditions, t)
+	if g == nil || w == nil {
+		return (g == nil) != (w == nil)
 	}
-	return s[:cut] + "..."
+	return g.Status != w.Status || g.Reason != w.Reason || g.Message != w.Message
 }

@@ -1,4 +1,4 @@
-package agent
+package mirror
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
@@ -50,7 +51,7 @@ func registered(devs ...nodeagent.DeviceSnapshot) nodeagent.ResourceSnapshot {
 }
 
 func TestPlanShards(t *testing.T) {
-	name := func(i int) string { return NodeDeviceName("n1", testResource, i) }
+	name := func(i int) string { return kube.NodeDeviceName("n1", testResource, i) }
 	deleting := testutil.MakeNodeDevice("gone").Obj()
 	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
 	cases := map[string]struct {
@@ -128,7 +129,7 @@ func TestCordonedIDs(t *testing.T) {
 		*testutil.MakeNodeDevice("b").Shard(1).Cordon("dev-2", "again").Cordon("dev-9", "").Obj(),
 		*testutil.MakeNodeDevice("c").Shard(2).Obj(),
 	}
-	if diff := cmp.Diff([]string{"dev-1", "dev-2", "dev-9"}, cordonedIDs(objs)); diff != "" {
+	if diff := cmp.Diff([]string{"dev-1", "dev-2", "dev-9"}, CordonedIDs(objs)); diff != "" {
 		t.Errorf("cordonedIDs (-want +got):\n%s", diff)
 	}
 }
@@ -310,7 +311,7 @@ func TestNodeDeviceMetaUpToDate(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: types.UID("node-uid")}}
 	good := &kdv1alpha1.NodeDevice{
 		ObjectMeta: metav1.ObjectMeta{
-			Labels:          map[string]string{kdv1alpha1.LabelNodeName: "n1", kdv1alpha1.LabelResourceName: LabelValue(testResource), "team": "x"},
+			Labels:          map[string]string{kdv1alpha1.LabelNodeName: "n1", kdv1alpha1.LabelResourceName: kube.LabelValue(testResource), "team": "x"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: "node-uid"}},
 		},
 		Spec: kdv1alpha1.NodeDeviceSpec{NodeName: "n1", ResourceName: testResource, Shard: ptr.To[int32](0)},

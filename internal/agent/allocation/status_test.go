@@ -1,4 +1,4 @@
-package agent
+package allocation
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 	"github.com/kubedevice/kubedevice/internal/testutil"
@@ -65,7 +66,7 @@ func TestDeviceAllocationStatus(t *testing.T) {
 		Type: kdv1alpha1.DeviceAllocationConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", LastTransitionTime: metav1.Now(),
 	})
 	again := deviceAllocationStatus(pod, alloc, nil, current, 1, t1.Add(3600e9))
-	if !deviceAllocationStatusUpToDate(current, again) {
+	if !statusUpToDate(current, again) {
 		t.Errorf("an unchanged allocation is not up to date:\n%s", cmp.Diff(current.Status, again))
 	}
 	if !preStartDone(current, again) {
@@ -139,7 +140,7 @@ func TestPodAllocationOfRoundTrip(t *testing.T) {
 	released.Status = releasedStatus(da, kdv1alpha1.ReasonPodTerminated, "done", t1)
 	refused := da.DeepCopy()
 	refused.Status = deviceAllocationStatus(pod, nil, errors.New("no"), nil, 1, t1)
-	if got := podAllocationsOf([]kdv1alpha1.DeviceAllocation{*da, *released, *refused}); len(got) != 1 {
+	if got := PodAllocationsOf([]kdv1alpha1.DeviceAllocation{*da, *released, *refused}); len(got) != 1 {
 		t.Errorf("rebuilt %d allocations, want only the live one", len(got))
 	}
 }
@@ -153,7 +154,7 @@ func TestSummaryAndTruncate(t *testing.T) {
 	if len(s) > maxSummaryLength || !strings.HasSuffix(s, "...") {
 		t.Errorf("summary of %d bytes, want at most %d ending in ...", len(s), maxSummaryLength)
 	}
-	if got := truncate("héllo wörld", 8); got != "héll..." {
+	if got := kube.Truncate("héllo wörld", 8); got != "héll..." {
 		t.Errorf("truncate = %q, want a cut at a rune boundary", got)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"golang.org/x/sys/unix"
 
-	"github.com/kubedevice/kubedevice/internal/agent/nri/nritest"
+	"github.com/kubedevice/kubedevice/internal/agent/injection/nri/nritest"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
 
