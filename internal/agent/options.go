@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/contract"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
 )
 
@@ -116,13 +118,14 @@ type Options struct {
 }
 
 var (
-	errNoNodeName  = errors.New("the node name is empty")
+	// ErrNoNodeName is the error of Options without a node name.
+	ErrNoNodeName  = errors.New("the node name is empty")
 	errNoNamespace = errors.New("the agent namespace is empty")
 )
 
 func (o Options) complete() (Options, error) {
 	if o.NodeName == "" {
-		return o, errNoNodeName
+		return o, ErrNoNodeName
 	}
 	if o.Namespace == "" {
 		return o, errNoNamespace
@@ -202,4 +205,25 @@ func CacheOptions(node string) cache.Options {
 			&corev1.Node{}:                 {Field: fields.OneTermEqualSelector("metadata.name", node), Transform: contract.StripNode},
 		},
 	}
+}
+
+var errPodResourcesSocket = errors.New("want an absolute path outside the plugin directory and the plugins registry directory, whose sockets the agent treats as device plugins'")
+
+// Validate checks opts against the core's configuration cfg before anything starts: the node
+// name is set, and the PodResources socket (when served) is an absolute path outside the
+// directories whose sockets the core treats as device plugins'. Setup checks the rest.
+func (o Options) Validate(cfg nodeagent.Config) error {
+	if o.NodeName == "" {
+		return ErrNoNodeName
+	}
+	s := o.PodResources.SocketPath
+	if s == "" {
+		return nil
+	}
+	dir := filepath.Clean(filepath.Dir(s))
+	if !filepath.IsAbs(s) || dir == filepath.Clean(cfg.PluginDir) ||
+		(cfg.PluginsRegistryDir != "" && dir == filepath.Clean(cfg.PluginsRegistryDir)) {
+		return fmt.Errorf("%q: %w", s, errPodResourcesSocket)
+	}
+	return nil
 }
