@@ -152,13 +152,13 @@ hook. It logs each change to standard error and prints a summary.`,
   kubedevice cleanup --force    # without waiting for the controller's Lease`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.ConsoleEncoder())
-			ctrl.SetLogger(log)
+			logger := zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.ConsoleEncoder())
+			ctrl.SetLogger(logger)
 			c, err := newClientWithTimeout(kubeconfig, cleanupRequestTimeout)
 			if err != nil {
 				return err
 			}
-			res, err := cleanup.Run(ctrl.LoggerInto(cmd.Context(), log), c, opts)
+			res, err := cleanup.Run(ctrl.LoggerInto(cmd.Context(), logger), c, opts)
 			if err != nil {
 				return fmt.Errorf("cleaning up: %w", err)
 			}

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 )
@@ -35,8 +36,8 @@ func (*leaseRenewer) NeedLeaderElection() bool { return false }
 // Start renews the Lease until ctx ends. A failed renewal is logged and tried again at the next
 // tick: the Lease stays valid for several intervals.
 func (l *leaseRenewer) Start(ctx context.Context) error {
-	logger := log.FromContext(ctx).WithName("lease").WithValues("lease", klog.KRef(l.opts.Namespace, LeaseName(l.opts.NodeName)))
-	ctx = log.IntoContext(ctx, logger)
+	logger := ctrl.LoggerFrom(ctx).WithName("lease").WithValues("lease", klog.KRef(l.opts.Namespace, LeaseName(l.opts.NodeName)))
+	ctx = ctrl.LoggerInto(ctx, logger)
 	if l.gate.Wait(ctx) != nil {
 		return nil // The manager stopped before the agent was ready.
 	}

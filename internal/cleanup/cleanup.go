@@ -298,7 +298,7 @@ func deleteDeviceAllocations(ctx context.Context, c client.Client) (int, error) 
 // returns how many it deleted (or released, when they were deleted already) and from how many it
 // removed the finalizer.
 func deleteNodeDevices(ctx context.Context, c client.Client, nds []kdv1alpha1.NodeDevice) (deleted, unfinalized int, err error) {
-	log := ctrl.LoggerFrom(ctx)
+	logger := ctrl.LoggerFrom(ctx)
 	for i := range nds {
 		nd := &nds[i]
 		removed, err := removeFinalizer(ctx, c, nd)
@@ -312,7 +312,7 @@ func deleteNodeDevices(ctx context.Context, c client.Client, nds []kdv1alpha1.No
 			// Already deleted, and held only by the finalizer: it goes now.
 			if removed {
 				deleted++
-				log.Info("Released a deleted NodeDevice", "nodeDevice", klog.KObj(nd), "node", nd.Spec.NodeName, "resource", nd.Spec.ResourceName)
+				logger.Info("Released a deleted NodeDevice", "nodeDevice", klog.KObj(nd), "node", nd.Spec.NodeName, "resource", nd.Spec.ResourceName)
 			}
 			continue
 		}
@@ -332,7 +332,7 @@ func deleteNodeDevices(ctx context.Context, c client.Client, nds []kdv1alpha1.No
 			}
 			kv = append(kv, "droppedCordons", cordons)
 		}
-		log.Info("Deleted a NodeDevice", kv...)
+		logger.Info("Deleted a NodeDevice", kv...)
 	}
 	return deleted, unfinalized, nil
 }

@@ -4,10 +4,11 @@ import (
 	"context"
 	"slices"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -116,7 +117,7 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 	if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, da); err != nil {
 		return err
 	}
-	log.FromContext(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", out.err == nil)
+	ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", out.err == nil)
 	if out.err != nil && conditionChanged(current, st, kdv1alpha1.DeviceAllocationAllocated) {
 		r.reportRefusal(pod, out.err)
 	}
@@ -133,19 +134,19 @@ func (r *reconciler) reportRefusal(pod *corev1.Pod, allocErr error) {
 // requeue ends a reconcile of an active pod: a retryable refusal comes back with backoff;
 // anything else is done (a refused pod is retriggered by any change of a resource it asks for).
 func (r *reconciler) requeue(ctx context.Context, req reconcile.Request, allocErr error) reconcile.Result {
-	lg := log.FromContext(ctx)
+	logger := ctrl.LoggerFrom(ctx)
 	if allocErr == nil {
 		r.backoff.Forget(req)
 		return reconcile.Result{}
 	}
 	if nodeagent.IsRetryable(allocErr) {
 		wait := r.backoff.When(req)
-		lg.V(1).Info("Allocation refused, retrying", "reason", nodeagent.AllocationReasonOf(allocErr), "after", wait, "err", allocErr.Error())
+		logger.V(1).Info("Allocation refused, retrying", "reason", nodeagent.AllocationReasonOf(allocErr), "after", wait, "err", allocErr.Error())
 		return reconcile.Result{RequeueAfter: wait}
 	}
 	// Not retried on a timer: a change of any resource the pod asks for retriggers it.
 	r.backoff.Forget(req)
-	lg.V(1).Info("Allocation refused", "reason", nodeagent.AllocationReasonOf(allocErr), "err", allocErr.Error())
+	logger.V(1).Info("Allocation refused", "reason", nodeagent.AllocationReasonOf(allocErr), "err", allocErr.Error())
 	return reconcile.Result{}
 }
 

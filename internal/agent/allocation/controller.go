@@ -21,7 +21,6 @@ import (
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -168,7 +167,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Injection.Record(pod, nil, nil)
 		return reconcile.Result{}, nil
 	}
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID))
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID))
 	return r.allocate(ctx, req, pod, current)
 }
 
@@ -266,7 +265,7 @@ func (r *reconciler) release(ctx context.Context, cached *kdv1alpha1.DeviceAlloc
 	if err := kube.Delete(ctx, r.client, kube.DeviceAllocationGVK.Kind, da); err != nil {
 		return err
 	}
-	log.FromContext(ctx).Info("Released and deleted a DeviceAllocation", "deviceAllocation", klog.KObj(da), "reason", reason)
+	ctrl.LoggerFrom(ctx).Info("Released and deleted a DeviceAllocation", "deviceAllocation", klog.KObj(da), "reason", reason)
 	return nil
 }
 
@@ -300,7 +299,7 @@ func (r *reconciler) retriggerWaiting(ctx context.Context, q workqueue.TypedRate
 func (r *reconciler) waiting(ctx context.Context, resources []string) []types.NamespacedName {
 	pods, err := r.pods.Active(ctx)
 	if err != nil {
-		log.FromContext(ctx).Error(err, "Listing the pods waiting for devices")
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the pods waiting for devices")
 		return nil
 	}
 	var keys []types.NamespacedName

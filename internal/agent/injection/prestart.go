@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -124,7 +123,7 @@ func (r *preStartReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		r.backoff.Forget(req)
 		return reconcile.Result{}, nil
 	}
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID))
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID))
 	uid := kube.RuntimeUID(pod)
 	failed := false
 	for _, ca := range alloc.Containers {
@@ -153,7 +152,7 @@ func (r *preStartReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 // failure is recorded, counted and reported with a Warning event on the pod once per distinct
 // error. It reports whether the call succeeded.
 func (x *Injection) preStart(ctx context.Context, pod *corev1.Pod, c *corev1.Container, trigger, ended string) bool {
-	lg := log.FromContext(ctx).WithValues("container", c.Name, "trigger", trigger)
+	logger := ctrl.LoggerFrom(ctx).WithValues("container", c.Name, "trigger", trigger)
 	for _, res := range kube.ContainerResources(c) {
 		if _, known := x.opts.Core.PreStartRequired(res); !known && x.grants.Required([]string{res}) {
 			// Restored from the checkpoint, its plugin required PreStartContainer before the
@@ -161,7 +160,7 @@ func (x *Injection) preStart(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 			// so the start waits until the plugin is back.
 			msg := fmt.Sprintf("waiting for the device plugin of %s to register again: it requires PreStartContainer", res)
 			x.grants.Fail(pod.Namespace, pod.Name, kube.RuntimeUID(pod), c.Name, msg)
-			lg.V(1).Info("PreStartContainer waits for the device plugin to register again", "resourceName", res)
+			logger.V(1).Info("PreStartContainer waits for the device plugin to register again", "resourceName", res)
 			return false
 		}
 	}
@@ -169,7 +168,7 @@ func (x *Injection) preStart(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	if err == nil {
 		preStartCalls.WithLabelValues(trigger, "success").Inc()
 		x.grants.Grant(pod.Namespace, pod.Name, kube.RuntimeUID(pod), c.Name, ended)
-		lg.V(1).Info("Called PreStartContainer ahead of a container start")
+		logger.V(1).Info("Called PreStartContainer ahead of a container start")
 		return true
 	}
 	preStartCalls.WithLabelValues(trigger, "failure").Inc()
@@ -177,7 +176,7 @@ func (x *Injection) preStart(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	if x.grants.Fail(pod.Namespace, pod.Name, kube.RuntimeUID(pod), c.Name, msg) {
 		x.opts.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventReasonPreStartContainerFailed, "PreStartContainer", "container %q: %s", c.Name, msg)
 	}
-	lg.V(1).Info("PreStartContainer failed; the container's start waits, retrying", "err", msg)
+	logger.V(1).Info("PreStartContainer failed; the container's start waits, retrying", "err", msg)
 	return false
 }
 

@@ -18,7 +18,6 @@ import (
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -138,8 +137,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if wait := r.pace.wait(resource); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	lg := log.FromContext(ctx).WithValues("resourceName", resource)
-	ctx = log.IntoContext(ctx, lg)
+	logger := ctrl.LoggerFrom(ctx).WithValues("resourceName", resource)
+	ctx = ctrl.LoggerInto(ctx, logger)
 	writes := 0
 	defer func() {
 		if writes > 0 {
@@ -161,7 +160,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if wait := r.holdRestored(snap, existing); wait > 0 {
-		lg.V(2).Info("Holding back a restored resource until its plugin registers", "for", wait)
+		logger.V(2).Info("Holding back a restored resource until its plugin registers", "for", wait)
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 
@@ -183,7 +182,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 		writes++
-		lg.Info("Deleted a surplus NodeDevice shard", "nodeDevice", nd.Name)
+		logger.Info("Deleted a surplus NodeDevice shard", "nodeDevice", nd.Name)
 	}
 	return reconcile.Result{}, nil
 }
@@ -200,7 +199,7 @@ func (r *reconciler) deleteAll(ctx context.Context, existing []kdv1alpha1.NodeDe
 			return writes, err
 		}
 		writes++
-		log.FromContext(ctx).Info("Deleted the NodeDevice of a removed resource", "nodeDevice", existing[i].Name)
+		ctrl.LoggerFrom(ctx).Info("Deleted the NodeDevice of a removed resource", "nodeDevice", existing[i].Name)
 	}
 	return writes, nil
 }
@@ -233,7 +232,7 @@ func (r *reconciler) syncShard(ctx context.Context, node *corev1.Node, snap node
 		}
 		writes++
 		generation = gen
-		log.FromContext(ctx).V(1).Info("Applied NodeDevice", "nodeDevice", p.name, "created", current == nil)
+		ctrl.LoggerFrom(ctx).V(1).Info("Applied NodeDevice", "nodeDevice", p.name, "created", current == nil)
 	}
 
 	want := r.desiredStatus(snap, p.devices, current, info, generation, now)
@@ -245,7 +244,7 @@ func (r *reconciler) syncShard(ctx context.Context, node *corev1.Node, snap node
 		return writes, err
 	}
 	writes++
-	log.FromContext(ctx).V(1).Info("Applied NodeDevice status", "nodeDevice", p.name,
+	ctrl.LoggerFrom(ctx).V(1).Info("Applied NodeDevice status", "nodeDevice", p.name,
 		"capacity", want.Capacity, "allocatable", want.Allocatable, "allocated", want.Allocated, "unhealthy", want.Unhealthy)
 	return writes, nil
 }
@@ -352,7 +351,7 @@ func (r *reconciler) allResources(ctx context.Context, _ client.Object) []reconc
 	}
 	list := &kdv1alpha1.NodeDeviceList{}
 	if err := r.client.List(ctx, list); err != nil {
-		log.FromContext(ctx).Error(err, "Listing the NodeDevices of the node")
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the NodeDevices of the node")
 		return reqs
 	}
 	for _, nd := range list.Items {

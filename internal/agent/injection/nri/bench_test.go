@@ -35,7 +35,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 		grants.Grant("ns", "pre-"+uid, "pre-"+uid, "app", "")
 		index.SetNoDevices("plain-"+uid, "ns", "plain-"+uid)
 	}
-	p := &plugin{name: PluginName, index: index, grants: grants, pods: &fakePods{}, log: logr.Discard()}
+	p := &plugin{name: PluginName, index: index, grants: grants, pods: &fakePods{}, logger: logr.Discard()}
 	ctx := context.Background()
 	for _, bc := range []struct {
 		name string

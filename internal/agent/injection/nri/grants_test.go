@@ -283,7 +283,7 @@ func grantedPlugin(uid, container string) (*Grants, *plugin) {
 	index.SetReady(uid, "ns", "p", map[string]Container{container: {Options: gopherOptions(), Resources: []string{gopherResource}}})
 	g := NewGrants(nil)
 	g.SetRequired(gopherResource, true)
-	return g, &plugin{name: PluginName, index: index, grants: g, pods: &fakePods{}, log: logr.Discard()}
+	return g, &plugin{name: PluginName, index: index, grants: g, pods: &fakePods{}, logger: logr.Discard()}
 }
 
 // mustAdmit creates container app of pod uid with id, which must be admitted.

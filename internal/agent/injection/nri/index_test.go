@@ -110,7 +110,7 @@ func TestStatCacheRefresh(t *testing.T) {
 	x := NewIndex(root)
 	opts := map[string]Container{"app": {Options: &poddevices.RunContainerOptions{Devices: []poddevices.DeviceSpec{{ContainerPath: "/dev/g", HostPath: "/dev/gopher0", Permissions: "rw"}}}}}
 	x.SetReady("uid", "ns", "pod", opts)
-	p := &plugin{name: PluginName, index: x, pods: &fakePods{}, log: logr.Discard()}
+	p := &plugin{name: PluginName, index: x, pods: &fakePods{}, logger: logr.Discard()}
 	create := func() (*api.ContainerAdjustment, error) {
 		adj, _, err := p.CreateContainer(context.Background(), sandbox("uid", "ns", "pod", nil), &api.Container{Name: "app"})
 		return adj, err

@@ -48,7 +48,7 @@ type plugin struct {
 	index  *Index
 	grants *Grants
 	pods   PodChecker
-	log    logr.Logger
+	logger logr.Logger
 }
 
 // CreateContainer gives a container the devices its pod holds: envs, mounts, device nodes and
@@ -64,19 +64,19 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	createContainerTotal.WithLabelValues(result).Inc()
 	// Logger values are built only for a message that is logged: this runs for every container
 	// of the node.
-	switch log := p.log; result {
+	switch logger := p.logger; result {
 	case resultRefused:
-		log.Info("Refused a container whose devices are not ready", "pod", pod.GetNamespace()+"/"+pod.GetName(), "podUID", pod.GetUid(),
+		logger.Info("Refused a container whose devices are not ready", "pod", pod.GetNamespace()+"/"+pod.GetName(), "podUID", pod.GetUid(),
 			"container", ctr.GetName(), "err", err.Error(), "duration", time.Since(start))
 	case resultInjected:
-		if log := log.V(2); log.Enabled() {
-			log.Info("Injected devices into a container", "pod", pod.GetNamespace()+"/"+pod.GetName(), "podUID", pod.GetUid(),
+		if v := logger.V(2); v.Enabled() {
+			v.Info("Injected devices into a container", "pod", pod.GetNamespace()+"/"+pod.GetName(), "podUID", pod.GetUid(),
 				"container", ctr.GetName(), "envs", len(adj.GetEnv()), "mounts", len(adj.GetMounts()),
 				"devices", len(adj.GetLinux().GetDevices()), "cdiDevices", len(adj.GetCDIDevices()), "duration", time.Since(start))
 		}
 	default:
-		if log := log.V(5); log.Enabled() {
-			log.Info("Left a container untouched", "pod", pod.GetNamespace()+"/"+pod.GetName(), "podUID", pod.GetUid(),
+		if v := logger.V(5); v.Enabled() {
+			v.Info("Left a container untouched", "pod", pod.GetNamespace()+"/"+pod.GetName(), "podUID", pod.GetUid(),
 				"container", ctr.GetName(), "duration", time.Since(start))
 		}
 	}

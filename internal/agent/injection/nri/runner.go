@@ -125,7 +125,7 @@ type Runner struct {
 func NewRunner(opts Options, index *Index, grants *Grants, pods PodChecker) *Runner {
 	return &Runner{
 		opts:    opts,
-		plugin:  &plugin{name: PluginName, index: index, grants: grants, pods: pods, log: logr.Discard()},
+		plugin:  &plugin{name: PluginName, index: index, grants: grants, pods: pods, logger: logr.Discard()},
 		status:  Status{State: StateUnknown, SocketPath: opts.SocketPath, Plugin: opts.PluginIndex + "-" + PluginName},
 		changed: make(chan struct{}, 1),
 	}
@@ -144,9 +144,9 @@ func (r *Runner) Changed() <-chan struct{} { return r.changed }
 
 // Run connects and reconnects until ctx ends, then disconnects.
 func (r *Runner) Run(ctx context.Context) {
-	log := logr.FromContextOrDiscard(ctx).WithValues("socket", r.opts.SocketPath, "plugin", r.status.Plugin)
-	r.plugin.log = log.WithName("create-container")
-	ctx = logr.NewContext(ctx, log)
+	logger := logr.FromContextOrDiscard(ctx).WithValues("socket", r.opts.SocketPath, "plugin", r.status.Plugin)
+	r.plugin.logger = logger.WithName("create-container")
+	ctx = logr.NewContext(ctx, logger)
 	delay := r.opts.InitialRetryDelay
 	for {
 		established := r.connect(ctx)
@@ -172,10 +172,10 @@ func (r *Runner) Run(ctx context.Context) {
 // connect makes one connection attempt and, when it succeeds, serves until the connection
 // closes or ctx ends. It reports whether a connection was established.
 func (r *Runner) connect(ctx context.Context) bool {
-	log := logr.FromContextOrDiscard(ctx)
+	logger := logr.FromContextOrDiscard(ctx)
 	if _, err := os.Stat(r.opts.SocketPath); errors.Is(err, fs.ErrNotExist) {
 		if r.setState(StateSocketMissing) {
-			log.Info("No NRI socket: containers are created without their devices until the container runtime serves one; pods that require the kubedevice plugin are held")
+			logger.Info("No NRI socket: containers are created without their devices until the container runtime serves one; pods that require the kubedevice plugin are held")
 		}
 		return false
 	}
@@ -188,7 +188,7 @@ func (r *Runner) connect(ctx context.Context) bool {
 		stub.WithPluginName(PluginName),
 		stub.WithPluginIdx(r.opts.PluginIndex),
 		stub.WithSocketPath(r.opts.SocketPath),
-		stub.WithLogger(stubLogger{log: log.WithName("stub")}),
+		stub.WithLogger(stubLogger{logger: logger.WithName("stub")}),
 		stub.WithOnClose(func() { closeOnce.Do(func() { close(closed) }) }),
 		stub.WithDialer(func(path string) (stdnet.Conn, error) {
 			c, err := (&stdnet.Dialer{Timeout: r.opts.RegistrationTimeout}).DialContext(ctx, "unix", path)
@@ -200,7 +200,7 @@ func (r *Runner) connect(ctx context.Context) bool {
 	)
 	if err != nil {
 		// Only invalid options fail here, and Complete checked them.
-		r.disconnected(log, fmt.Errorf("creating the NRI plugin: %w", err))
+		r.disconnected(logger, fmt.Errorf("creating the NRI plugin: %w", err))
 		return false
 	}
 
@@ -211,14 +211,14 @@ func (r *Runner) connect(ctx context.Context) bool {
 	select {
 	case err := <-started:
 		if err != nil {
-			r.disconnected(log, fmt.Errorf("registering with the NRI socket: %w", err))
+			r.disconnected(logger, fmt.Errorf("registering with the NRI socket: %w", err))
 			return false
 		}
 	case <-closed:
-		r.disconnected(log, errors.New("registering with the NRI socket: the runtime closed the connection"))
+		r.disconnected(logger, errors.New("registering with the NRI socket: the runtime closed the connection"))
 		return false
 	case <-timer.C():
-		r.disconnected(log, fmt.Errorf("registering with the NRI socket: no answer within %s", r.opts.RegistrationTimeout))
+		r.disconnected(logger, fmt.Errorf("registering with the NRI socket: no answer within %s", r.opts.RegistrationTimeout))
 		// Closing the connection ends a registration in progress. The stub waits for the
 		// runtime's configuration without a deadline: if the runtime never sends it, that
 		// goroutine stays, with a closed connection.
@@ -238,11 +238,11 @@ func (r *Runner) connect(ctx context.Context) bool {
 	}
 
 	if r.setState(StateConnected) {
-		log.Info("Connected to the container runtime's NRI socket: containers get their devices at creation")
+		logger.Info("Connected to the container runtime's NRI socket: containers get their devices at creation")
 	}
 	select {
 	case <-closed:
-		r.disconnected(log, errors.New("the runtime closed the NRI connection"))
+		r.disconnected(logger, errors.New("the runtime closed the NRI connection"))
 	case <-ctx.Done():
 		st.Stop()
 	}
@@ -251,12 +251,12 @@ func (r *Runner) connect(ctx context.Context) bool {
 
 // disconnected records a failed or closed connection; it logs the first of a series at Info and
 // the rest at V(1), so a runtime that stays away does not flood the log.
-func (r *Runner) disconnected(log logr.Logger, err error) {
+func (r *Runner) disconnected(logger logr.Logger, err error) {
 	if r.setState(StateDisconnected) {
-		log.Info("Not connected to the NRI socket: containers are created without their devices until the agent reconnects; pods that require the kubedevice plugin are held", "err", err.Error())
+		logger.Info("Not connected to the NRI socket: containers are created without their devices until the agent reconnects; pods that require the kubedevice plugin are held", "err", err.Error())
 		return
 	}
-	log.V(1).Info("Connecting to the NRI socket failed; retrying", "err", err.Error())
+	logger.V(1).Info("Connecting to the NRI socket failed; retrying", "err", err.Error())
 }
 
 // setState records the state and reports whether it changed.
@@ -281,20 +281,20 @@ func (r *Runner) setState(s State) bool {
 
 // stubLogger passes the NRI stub's messages to the agent's logger: its informational messages
 // (registration, configuration) at V(1), its debug messages at V(4).
-type stubLogger struct{ log logr.Logger }
+type stubLogger struct{ logger logr.Logger }
 
 func (l stubLogger) Debugf(_ context.Context, format string, args ...any) {
-	l.log.V(4).Info("NRI stub", "message", fmt.Sprintf(format, args...))
+	l.logger.V(4).Info("NRI stub", "message", fmt.Sprintf(format, args...))
 }
 
 func (l stubLogger) Infof(_ context.Context, format string, args ...any) {
-	l.log.V(1).Info("NRI stub", "message", fmt.Sprintf(format, args...))
+	l.logger.V(1).Info("NRI stub", "message", fmt.Sprintf(format, args...))
 }
 
 func (l stubLogger) Warnf(_ context.Context, format string, args ...any) {
-	l.log.Info("NRI stub warning", "message", fmt.Sprintf(format, args...))
+	l.logger.Info("NRI stub warning", "message", fmt.Sprintf(format, args...))
 }
 
 func (l stubLogger) Errorf(_ context.Context, format string, args ...any) {
-	l.log.Info("NRI stub error", "message", fmt.Sprintf(format, args...))
+	l.logger.Info("NRI stub error", "message", fmt.Sprintf(format, args...))
 }
