@@ -29,7 +29,7 @@ type outcome struct {
 // it). The DeviceAllocation's status is computed once; each object it is compared with only
 // stamps it with its generation and transition time.
 func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *corev1.Pod, cached *kdv1alpha1.DeviceAllocation) (reconcile.Result, error) {
-	if r.refuseDeleting(pod, cached) {
+	if r.refuseDeleting(pod) {
 		return reconcile.Result{}, nil
 	}
 	out := r.allocatePod(ctx, pod)
@@ -64,10 +64,12 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	return r.requeue(ctx, req, out.err), nil
 }
 
-// refuseDeleting reports whether pod is being deleted and never got its devices: the kubelet
-// admits no pod being deleted, so its containers are held and nothing is allocated.
-func (r *reconciler) refuseDeleting(pod *corev1.Pod, cached *kdv1alpha1.DeviceAllocation) bool {
-	if cached != nil || pod.DeletionTimestamp.IsZero() {
+// refuseDeleting reports whether pod is being deleted and does not hold its devices: the kubelet
+// admits no pod being deleted, so its containers are held and nothing is allocated, whether or
+// not an earlier allocation was refused (a refused pod is retriggered when devices are freed).
+// Its DeviceAllocation, if any, keeps saying why it was refused.
+func (r *reconciler) refuseDeleting(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp.IsZero() {
 		return false
 	}
 	if _, held := r.Core.PodAllocation(string(pod.UID)); held {

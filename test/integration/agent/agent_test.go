@@ -499,6 +499,35 @@ var _ = Describe("Node agent allocation failures", func() {
 		AddReportEntry("Plugin re-registration → refused pod allocated", time.Since(registered).String())
 	})
 
+	It("never allocates to a pod being deleted, even one it refused before", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 1))
+		n.register(p)
+		holder := createPod(testutil.MakePod("holder", ns).Node(n.name).Request(gopher, 1))
+		Eventually(deviceAllocation(holder)).Should(HaveField("Status.Summary", string(gopher)+"=gopher-0"))
+		refused := createPod(testutil.MakePod("refused", ns).Node(n.name).Request(gopher, 1))
+		Eventually(deviceAllocation(refused)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionFalse)))))
+
+		By("deleting the refused pod with a grace period: it stays, being deleted, as no kubelet ends it")
+		Expect(k8sClient.Delete(ctx, refused, client.GracePeriodSeconds(30))).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, refused, client.GracePeriodSeconds(0)))).To(Succeed()) })
+		Eventually(func() (*corev1.Pod, error) {
+			pod := &corev1.Pod{}
+			return pod, k8sClient.Get(ctx, client.ObjectKeyFromObject(refused), pod)
+		}).Should(HaveField("DeletionTimestamp", Not(BeNil())))
+		n.settle()
+
+		By("freeing the device it waited for")
+		deletePod(holder)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(0)))
+		// The kubelet admits no pod being deleted: the freed device stays free.
+		Consistently(func() bool { return n.holds(refused) }).WithTimeout(2 * time.Second).Should(BeFalse())
+		Expect(deviceAllocation(refused)()).To(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionFalse)))))
+		Expect(n.nodeDevice(gopher, 0)()).To(HaveField("Status.Allocated", BeEquivalentTo(0)))
+	})
+
 	It("releases a pod's devices when it ends, and keeps two pods of the same name apart", func() {
 		n := newNodeAgent(0)
 		p := n.plugin(gopher, gophers("gopher", 2))
