@@ -119,8 +119,13 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 	if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, da); err != nil {
 		return err
 	}
-	ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", out.err == nil)
-	if out.err != nil && conditionChanged(current, st, kdv1alpha1.DeviceAllocationAllocated) {
+	if out.err == nil {
+		ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", true)
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", false,
+		"reason", nodeagent.AllocationReasonOf(out.err), "err", out.err.Error())
+	if conditionChanged(current, st, kdv1alpha1.DeviceAllocationAllocated) {
 		r.reportRefusal(pod, out.err)
 	}
 	return nil

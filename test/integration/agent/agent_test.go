@@ -499,6 +499,31 @@ var _ = Describe("Node agent allocation failures", func() {
 		AddReportEntry("Plugin re-registration → refused pod allocated", time.Since(registered).String())
 	})
 
+	It("says why it refused a pod whose plugin answered Allocate without a response per container", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 2))
+		p.SetAllocateFunc(func(*pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			return &pluginapi.AllocateResponse{}, nil
+		})
+		n.register(p)
+		pod := createPod(testutil.MakePod("unanswered", ns).Node(n.name).Request(gopher, 1))
+		// The kubelet's words for it.
+		why := ContainSubstring("no containers return in allocation response")
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated),
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", kdv1alpha1.ReasonAllocateFailed),
+			HaveField("Message", why),
+		))))
+		Eventually(eventsFor(pod.UID)).Should(ContainElement(And(
+			HaveField("Reason", kdv1alpha1.EventReasonDeviceAllocationFailed),
+			HaveField("Note", why),
+		)))
+		Expect(n.holds(pod)).To(BeFalse())
+		Expect(n.logs.String()).To(MatchRegexp(`Recorded the pod's devices.*"allocated": false.*"reason": "AllocateFailed".*no containers return in allocation response`),
+			"the log says why the pod was refused")
+	})
+
 	It("never allocates to a pod being deleted, even one it refused before", func() {
 		n := newNodeAgent(0)
 		p := n.plugin(gopher, gophers("gopher", 1))
