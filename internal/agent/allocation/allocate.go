@@ -132,10 +132,11 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 }
 
 // reportRefusal counts a refusal the DeviceAllocation now says and reports it with a Warning
-// event on the pod.
+// event on the pod, an event of its own for each distinct refusal.
 func (r *reconciler) reportRefusal(pod *corev1.Pod, allocErr error) {
 	allocationFailures.WithLabelValues(string(nodeagent.AllocationReasonOf(allocErr))).Inc()
-	r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, kdv1alpha1.EventReasonDeviceAllocationFailed, "AllocateDevices", "%s", allocErr.Error())
+	note := allocErr.Error()
+	r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, kdv1alpha1.EventReasonDeviceAllocationFailed, kube.EventAction("AllocateDevices", note), "%s", note)
 }
 
 // requeue ends a reconcile of an active pod: a retryable refusal comes back with backoff;

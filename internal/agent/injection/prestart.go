@@ -174,7 +174,8 @@ func (x *Injection) preStart(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	preStartCalls.WithLabelValues(trigger, "failure").Inc()
 	msg := kube.Truncate(err.Error(), maxPendingReason)
 	if x.grants.Fail(pod.Namespace, pod.Name, kube.RuntimeUID(pod), c.Name, msg) {
-		x.opts.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventReasonPreStartContainerFailed, "PreStartContainer", "container %q: %s", c.Name, msg)
+		note := fmt.Sprintf("container %q: %s", c.Name, msg)
+		x.opts.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventReasonPreStartContainerFailed, kube.EventAction("PreStartContainer", note), "%s", note)
 	}
 	logger.V(1).Info("PreStartContainer failed; the container's start waits, retrying", "err", msg)
 	return false

@@ -457,6 +457,24 @@ var _ = Describe("Node agent allocation failures", func() {
 		Expect(eventsFor(pod.UID)()).To(HaveLen(1))
 	})
 
+	It("shows each distinct refusal of a pod as an event of its own", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+		pod := createPod(testutil.MakePod("greedy", ns).Node(n.name).Request(gopher, 5))
+		Eventually(eventsFor(pod.UID)).Should(ContainElement(HaveField("Note", ContainSubstring("Available: 4"))))
+
+		By("the plugin losing a device: the pod is refused again, for another count")
+		p.Update(gophers("gopher", 3))
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(
+			HaveField("Message", ContainSubstring("Available: 3")))))
+		Eventually(eventsFor(pod.UID)).Should(ContainElements(
+			HaveField("Note", ContainSubstring("Available: 4")),
+			HaveField("Note", ContainSubstring("Available: 3")),
+		), "the second refusal is not counted under the first one's event")
+	})
+
 	It("leaves alone a resource no plugin serves, and allocates as soon as a plugin registers it", func() {
 		n := newNodeAgent(0)
 		pod := createPod(testutil.MakePod("early", ns).Node(n.name).Request(gopher, 1))
