@@ -554,7 +554,9 @@ var _ = Describe("Node agent allocation failures", func() {
 
 		By("deleting the refused pod with a grace period: it stays, being deleted, as no kubelet ends it")
 		Expect(k8sClient.Delete(ctx, refused, client.GracePeriodSeconds(30))).To(Succeed())
-		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, refused, client.GracePeriodSeconds(0)))).To(Succeed()) })
+		DeferCleanup(func() {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, refused, client.GracePeriodSeconds(0)))).To(Succeed())
+		})
 		Eventually(func() (*corev1.Pod, error) {
 			pod := &corev1.Pod{}
 			return pod, k8sClient.Get(ctx, client.ObjectKeyFromObject(refused), pod)
