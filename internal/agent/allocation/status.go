@@ -28,13 +28,6 @@ const (
 	maxMessageLength = 32768
 )
 
-// deviceAllocationStatus computes the status of pod's DeviceAllocation for the object current (nil
-// when there is none) at generation: desiredStatus stamped for that object.
-func deviceAllocationStatus(pod *corev1.Pod, alloc *nodeagent.PodAllocation, allocErr error,
-	current *kdv1alpha1.DeviceAllocation, generation int64, now time.Time) kdv1alpha1.DeviceAllocationStatus {
-	return stamped(desiredStatus(pod, alloc, allocErr, now), current, generation)
-}
-
 // desiredStatus computes the status of pod's DeviceAllocation: what alloc (nil when the pod holds
 // nothing) says its containers hold, in the pod's order, init containers first, with the runtime
 // options alloc recorded; and the Allocated condition, False with the core's reason and message

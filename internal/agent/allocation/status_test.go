@@ -35,7 +35,7 @@ func TestDeviceAllocationStatus(t *testing.T) {
 		{Name: "init", Resources: []nodeagent.ResourceAllocation{{ResourceName: testResource, DeviceIDs: []string{"dev-0"}}}},
 	}}
 
-	st := deviceAllocationStatus(pod, alloc, nil, nil, 1, t1)
+	st := stamped(desiredStatus(pod, alloc, nil, t1), nil, 1)
 	want := kdv1alpha1.DeviceAllocationStatus{
 		Summary: "acme.io/fpga=f-0;example.com/gopher=dev-0,dev-1",
 		Containers: []kdv1alpha1.ContainerAllocation{
@@ -65,7 +65,7 @@ func TestDeviceAllocationStatus(t *testing.T) {
 	current.Status.Conditions = append(current.Status.Conditions, metav1.Condition{
 		Type: kdv1alpha1.DeviceAllocationConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", LastTransitionTime: metav1.Now(),
 	})
-	again := deviceAllocationStatus(pod, alloc, nil, current, 1, t1.Add(3600e9))
+	again := stamped(desiredStatus(pod, alloc, nil, t1.Add(3600e9)), current, 1)
 	if !statusUpToDate(current, again) {
 		t.Errorf("an unchanged allocation is not up to date:\n%s", cmp.Diff(current.Status, again))
 	}
@@ -77,7 +77,7 @@ func TestDeviceAllocationStatus(t *testing.T) {
 func TestDeviceAllocationStatusRefused(t *testing.T) {
 	pod := testutil.MakePod("p", "ns").Node("n1").Request(testResource, 5).Obj()
 	err := &nodeagent.AllocationError{Reason: nodeagent.AllocationInsufficientDevices, Err: errors.New("requested number of devices unavailable for example.com/gopher. Requested: 5, Available: 4")}
-	st := deviceAllocationStatus(pod, nil, err, nil, 1, t1)
+	st := stamped(desiredStatus(pod, nil, err, t1), nil, 1)
 	if st.Summary != "" || len(st.Containers) != 0 {
 		t.Errorf("a refused pod lists devices: %+v", st)
 	}
@@ -89,7 +89,7 @@ func TestDeviceAllocationStatusRefused(t *testing.T) {
 		t.Errorf("conditions (-want +got):\n%s", diff)
 	}
 	// Any other error is AllocateFailed.
-	st = deviceAllocationStatus(pod, nil, errors.New("rpc error"), nil, 1, t1)
+	st = stamped(desiredStatus(pod, nil, errors.New("rpc error"), t1), nil, 1)
 	if got := st.Conditions[0].Reason; got != kdv1alpha1.ReasonAllocateFailed {
 		t.Errorf("reason for a plain error = %s, want %s", got, kdv1alpha1.ReasonAllocateFailed)
 	}
@@ -127,7 +127,7 @@ func TestPodAllocationOfRoundTrip(t *testing.T) {
 		},
 	}}}
 	da := newDeviceAllocation(pod)
-	da.Status = deviceAllocationStatus(pod, &alloc, nil, nil, 1, t1)
+	da.Status = stamped(desiredStatus(pod, &alloc, nil, t1), nil, 1)
 	got, ok := podAllocationOf(da)
 	if !ok {
 		t.Fatal("an allocated DeviceAllocation was not rebuilt")
@@ -139,7 +139,7 @@ func TestPodAllocationOfRoundTrip(t *testing.T) {
 	released := da.DeepCopy()
 	released.Status = releasedStatus(da, kdv1alpha1.ReasonPodTerminated, "done", t1)
 	refused := da.DeepCopy()
-	refused.Status = deviceAllocationStatus(pod, nil, errors.New("no"), nil, 1, t1)
+	refused.Status = stamped(desiredStatus(pod, nil, errors.New("no"), t1), nil, 1)
 	if got := PodAllocationsOf([]kdv1alpha1.DeviceAllocation{*da, *released, *refused}); len(got) != 1 {
 		t.Errorf("rebuilt %d allocations, want only the live one", len(got))
 	}
@@ -156,5 +156,21 @@ func TestSummaryAndTruncate(t *testing.T) {
 	}
 	if got := kube.Truncate("héllo wörld", 8); got != "héll..." {
 		t.Errorf("truncate = %q, want a cut at a rune boundary", got)
+	}
+}
+
+// The status is computed once per reconcile and stamped for each object it is compared with:
+// stamping observes the object's generation and leaves the computed status as it was.
+func TestStampedLeavesWantAlone(t *testing.T) {
+	pod := testutil.MakePod("p", "ns").Node("n1").Request(testResource, 1).Obj()
+	want := desiredStatus(pod, nil, errors.New("no"), t1)
+	before := want.DeepCopy()
+	current := &kdv1alpha1.DeviceAllocation{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
+	st := stamped(want, current, current.Generation)
+	if got := st.Conditions[0].ObservedGeneration; got != 3 {
+		t.Errorf("stamped condition observes generation %d, want 3", got)
+	}
+	if diff := cmp.Diff(*before, want); diff != "" {
+		t.Errorf("stamping changed the computed status (-before +after):\n%s", diff)
 	}
 }
