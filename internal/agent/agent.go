@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 
-	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kubedevice/kubedevice/internal/agent/allocation"
@@ -20,26 +18,6 @@ import (
 // errNotReady is the readiness check's answer until the checkpoint is restored and the device
 // manager serves plugins.
 var errNotReady = errors.New("the device manager has not started yet")
-
-// Core is the device manager core as the agent wires it: what start-up and the readiness check
-// use of it. Each flow declares its own part (allocation.Core, mirror.Core, injection.Core), and
-// the PodResources API its own (podresources.DevicesProvider); *nodeagent.Manager is all of them.
-type Core interface {
-	// RestoreCheckpoint loads the checkpoint; it is called once, before Start.
-	RestoreCheckpoint(ctx context.Context) (nodeagent.RestoreResult, error)
-	// RestoreAllocations rebuilds the allocations when the checkpoint was corrupt.
-	RestoreAllocations(allocs []nodeagent.PodAllocation) error
-	// SetCordons takes the administrators' cordons of resource.
-	SetCordons(resource string, ids []string)
-	// UpdateAllocatedDevices frees the devices of every pod not in activePods.
-	UpdateAllocatedDevices(ctx context.Context, activePods []*corev1.Pod) error
-	Start(ctx context.Context) error
-	Stop()
-	// Check is nil while plugins can register.
-	Check() error
-}
-
-var _ Core = (*nodeagent.Manager)(nil)
 
 // Agent runs the device manager core for one node and mirrors it into the cluster. Setup creates
 // it; the manager runs it.

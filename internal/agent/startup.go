@@ -19,12 +19,33 @@ import (
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/agent/mirror"
 	"github.com/kubedevice/kubedevice/internal/indexer"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
 )
 
 // startupTimeout bounds the start-up's API calls (listing the node's DeviceAllocations,
 // NodeDevices and pods) and checkpoint work.
 const startupTimeout = 2 * time.Minute
+
+// Core is the device manager core as the agent wires it: what start-up and the readiness check
+// use of it. Each flow declares its own part (allocation.Core, mirror.Core, injection.Core), and
+// the PodResources API its own (podresources.DevicesProvider); *nodeagent.Manager is all of them.
+type Core interface {
+	// RestoreCheckpoint loads the checkpoint; it is called once, before Start.
+	RestoreCheckpoint(ctx context.Context) (nodeagent.RestoreResult, error)
+	// RestoreAllocations rebuilds the allocations when the checkpoint was corrupt.
+	RestoreAllocations(allocs []nodeagent.PodAllocation) error
+	// SetCordons takes the administrators' cordons of resource.
+	SetCordons(resource string, ids []string)
+	// UpdateAllocatedDevices frees the devices of every pod not in activePods.
+	UpdateAllocatedDevices(ctx context.Context, activePods []*corev1.Pod) error
+	Start(ctx context.Context) error
+	Stop()
+	// Check is nil while plugins can register.
+	Check() error
+}
+
+var _ Core = (*nodeagent.Manager)(nil)
 
 // startup restores the core's state, starts it and opens the gate every flow waits on; it stops
 // the core when the manager stops.

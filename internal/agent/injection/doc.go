@@ -10,9 +10,9 @@
 // yet as waiting (Hold), so its containers are refused and the kubelet retries them. Pods the
 // allocation flow has not reconciled yet are looked up in the informer cache. The plugin connects
 // once the agent is ready and reconnects whenever the runtime closes the connection; the state of
-// the connection (Status, Changed) is the RuntimeInjectionReady condition the mirror writes on
+// the connection (Condition, Changed) is the RuntimeInjectionReady condition the mirror writes on
 // every NodeDevice of the node and the kubedevice_agent_nri_connected gauge. It never makes the
-// agent unready. Without NRI nothing is injected and Status says StateDisabled.
+// agent unready. Without NRI nothing is injected and the condition says InjectionDisabled.
 //
 // # PreStartContainer
 //

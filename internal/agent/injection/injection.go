@@ -6,6 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -108,6 +112,36 @@ func (x *Injection) Changed() <-chan struct{} {
 		return nil
 	}
 	return x.runner.Changed()
+}
+
+// Condition returns the RuntimeInjectionReady condition every NodeDevice of the node carries,
+// without its generation and transition time; false while the state of the NRI connection is
+// not known yet (just after a start).
+func (x *Injection) Condition() (metav1.Condition, bool) {
+	return runtimeInjectionCondition(x.Status())
+}
+
+// runtimeInjectionCondition returns the RuntimeInjectionReady condition of a state, without its
+// generation and transition time; false while the state is unknown.
+func runtimeInjectionCondition(s nri.Status) (metav1.Condition, bool) {
+	c := metav1.Condition{Type: kdv1alpha1.NodeDeviceRuntimeInjectionReady, Status: metav1.ConditionFalse}
+	switch s.State {
+	case nri.StateConnected:
+		c.Status, c.Reason = metav1.ConditionTrue, kdv1alpha1.ReasonNRIConnected
+		c.Message = fmt.Sprintf("The agent is registered with the container runtime's NRI socket %s as plugin %s: containers get their devices at creation.", s.SocketPath, s.Plugin)
+	case nri.StateSocketMissing:
+		c.Reason = kdv1alpha1.ReasonNRISocketMissing
+		c.Message = fmt.Sprintf("There is no NRI socket at %s: the container runtime has NRI disabled or is not running, or the socket's directory is not mounted into the agent. Containers are created without their devices, except those of pods requiring the kubedevice plugin, which are held. The agent keeps looking for the socket.", s.SocketPath)
+	case nri.StateDisconnected:
+		c.Reason = kdv1alpha1.ReasonNRIDisconnected
+		c.Message = fmt.Sprintf("The agent is not registered with the NRI socket %s: the connection failed or closed (see the agent's log). Containers are created without their devices, except those of pods requiring the kubedevice plugin, which are held. The agent reconnects.", s.SocketPath)
+	case nri.StateDisabled:
+		c.Reason = kdv1alpha1.ReasonInjectionDisabled
+		c.Message = "The agent runs with --runtime-injection=none and adjusts no container: containers get their devices only if something else gives them."
+	default:
+		return c, false
+	}
+	return c, true
 }
 
 // runnerRunnable connects the NRI plugin once the agent is ready: the checkpoint restored and

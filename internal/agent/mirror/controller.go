@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
-	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
@@ -43,12 +42,13 @@ type Core interface {
 	CheckpointInfo() nodeagent.CheckpointInfo
 }
 
-// Injection is runtime injection as the mirror sees it: a state every NodeDevice carries, and the
-// state of each resource the NRI hook admits containers by, which the mirror keeps current.
+// Injection is runtime injection as the mirror sees it: a condition every NodeDevice carries, and
+// the state of each resource the NRI hook admits containers by, which the mirror keeps current.
 type Injection interface {
-	// Status is the state of runtime injection.
-	Status() nri.Status
-	// Changed is signalled when Status changes; nil when it never does.
+	// Condition is the RuntimeInjectionReady condition, without generation and transition time;
+	// false while the state is not known yet.
+	Condition() (metav1.Condition, bool)
+	// Changed is signalled when Condition changes; nil when it never does.
 	Changed() <-chan struct{}
 	// RefreshPreStart takes from the core whether resource's plugin requires PreStartContainer.
 	RefreshPreStart(resource string)
@@ -267,7 +267,8 @@ func newNodeDevice(node *corev1.Node, resource string, p shardPlan) *kdv1alpha1.
 // runtime injection condition.
 func (r *reconciler) desiredStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.DeviceSnapshot, current *kdv1alpha1.NodeDevice,
 	info nodeagent.CheckpointInfo, generation int64, now time.Time) kdv1alpha1.NodeDeviceStatus {
-	return withRuntimeInjection(nodeDeviceStatus(snap, devices, current, info, generation, now), current, r.Injection.Status(), generation, now)
+	c, known := r.Injection.Condition()
+	return withRuntimeInjection(nodeDeviceStatus(snap, devices, current, info, generation, now), current, c, known, generation, now)
 }
 
 // nodeDevicesOf returns the cached NodeDevices of the node for resource.

@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
-	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
@@ -209,47 +208,24 @@ func healthyCondition(snap nodeagent.ResourceSnapshot, st kdv1alpha1.NodeDeviceS
 	return c
 }
 
-// withRuntimeInjection adds to st the RuntimeInjectionReady condition that injection says, at
-// generation. While the state is unknown (the agent has just started and has not tried the NRI
-// socket yet), the condition the object has is kept, or none is set: an agent restart does not
-// write a transient state.
-func withRuntimeInjection(st kdv1alpha1.NodeDeviceStatus, current *kdv1alpha1.NodeDevice, injection nri.Status,
+// withRuntimeInjection adds to st the RuntimeInjectionReady condition runtime injection reports
+// (c, known), at generation. While the state is unknown (the agent has just started and has not
+// tried the NRI socket yet), the condition the object has is kept, or none is set: an agent
+// restart does not write a transient state.
+func withRuntimeInjection(st kdv1alpha1.NodeDeviceStatus, current *kdv1alpha1.NodeDevice, c metav1.Condition, known bool,
 	generation int64, now time.Time) kdv1alpha1.NodeDeviceStatus {
 	var got *metav1.Condition
 	if current != nil {
 		got = meta.FindStatusCondition(current.Status.Conditions, kdv1alpha1.NodeDeviceRuntimeInjectionReady)
 	}
-	c, known := runtimeInjectionCondition(injection, generation)
 	switch {
 	case known:
+		c.Type, c.ObservedGeneration = kdv1alpha1.NodeDeviceRuntimeInjectionReady, generation
 		st.Conditions = append(st.Conditions, contract.WithTransitionTime(c, got, metav1.NewTime(now.Truncate(time.Second))))
 	case got != nil:
 		st.Conditions = append(st.Conditions, *got.DeepCopy())
 	}
 	return st
-}
-
-// runtimeInjectionCondition returns the RuntimeInjectionReady condition of a state; false while
-// the state is unknown.
-func runtimeInjectionCondition(s nri.Status, generation int64) (metav1.Condition, bool) {
-	c := metav1.Condition{Type: kdv1alpha1.NodeDeviceRuntimeInjectionReady, ObservedGeneration: generation, Status: metav1.ConditionFalse}
-	switch s.State {
-	case nri.StateConnected:
-		c.Status, c.Reason = metav1.ConditionTrue, kdv1alpha1.ReasonNRIConnected
-		c.Message = fmt.Sprintf("The agent is registered with the container runtime's NRI socket %s as plugin %s: containers get their devices at creation.", s.SocketPath, s.Plugin)
-	case nri.StateSocketMissing:
-		c.Reason = kdv1alpha1.ReasonNRISocketMissing
-		c.Message = fmt.Sprintf("There is no NRI socket at %s: the container runtime has NRI disabled or is not running, or the socket's directory is not mounted into the agent. Containers are created without their devices, except those of pods requiring the kubedevice plugin, which are held. The agent keeps looking for the socket.", s.SocketPath)
-	case nri.StateDisconnected:
-		c.Reason = kdv1alpha1.ReasonNRIDisconnected
-		c.Message = fmt.Sprintf("The agent is not registered with the NRI socket %s: the connection failed or closed (see the agent's log). Containers are created without their devices, except those of pods requiring the kubedevice plugin, which are held. The agent reconnects.", s.SocketPath)
-	case nri.StateDisabled:
-		c.Reason = kdv1alpha1.ReasonInjectionDisabled
-		c.Message = "The agent runs with --runtime-injection=none and adjusts no container: containers get their devices only if something else gives them."
-	default:
-		return c, false
-	}
-	return c, true
 }
 
 // nodeDeviceStatusUpToDate reports whether the object's status already says what want says, in
