@@ -1,7 +1,3 @@
-// Package nritest runs the runtime side of NRI for tests, as containerd does: the nri module's
-// adaptation, with containerd's default validator enabled (so the required-plugins annotation is
-// enforced), serving a socket that external plugins connect to, and asked to adjust containers
-// as containerd asks when the kubelet creates them.
 package nritest
 
 import (
