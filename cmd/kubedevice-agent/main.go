@@ -9,12 +9,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -23,7 +26,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
-	"github.com/kubedevice/kubedevice/internal/agent/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
@@ -37,10 +40,7 @@ const (
 	clientBurst = 50
 )
 
-var (
-	errNoNodeName         = errors.New("--node-name is required when $NODE_NAME is not set")
-	errPodResourcesSocket = errors.New("want an absolute path outside --plugin-dir and --plugins-registry-dir, whose sockets the agent treats as device plugins'")
-)
+var errNoNodeName = errors.New("--node-name is required when $NODE_NAME is not set")
 
 func main() {
 	if err := run(); err != nil {
@@ -49,81 +49,21 @@ func main() {
 	}
 }
 
-func run() error {
-	namespace := os.Getenv("POD_NAMESPACE")
-	if namespace == "" {
-		namespace = agent.DefaultNamespace
-	}
-	cfg := nodeagent.DefaultConfig()
-	cfg.Registerer = metrics.Registry
+// settings are what the command line says.
+type settings struct {
+	opts        agent.Options
+	core        nodeagent.Config
+	metricsAddr string
+	probeAddr   string
+	zap         zap.Options
+}
 
-	var (
-		opts           agent.Options
-		metricsAddr    string
-		probeAddr      string
-		topologyPolicy string
-		topologyScope  string
-		injection      string
-		zapOpts        = zap.Options{}
-	)
-	opts.PodResources.Registerer = metrics.Registry
-	flag.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"),
-		"Name of the node the agent runs on (required); defaults to $NODE_NAME, set from the pod's spec.nodeName by the DaemonSet.")
-	flag.StringVar(&opts.Namespace, "namespace", namespace,
-		"Namespace of the agent's Lease (kubedevice-agent-<node>); defaults to $POD_NAMESPACE, else "+agent.DefaultNamespace+".")
-	flag.StringVar(&cfg.PluginDir, "plugin-dir", cfg.PluginDir,
-		"Directory of the registration socket (kubelet.sock), the device plugins' sockets and the checkpoint. Never the kubelet's own directory, which deletes foreign sockets.")
-	flag.StringVar(&cfg.PluginsRegistryDir, "plugins-registry-dir", cfg.PluginsRegistryDir,
-		"Directory watched for plugins that announce themselves through the kubelet's plugin watcher; empty disables that registration path.")
-	flag.DurationVar(&cfg.EndpointGracePeriod, "endpoint-grace-period", cfg.EndpointGracePeriod,
-		"How long a resource whose device plugins all disconnected stays listed, with nothing allocatable, before it is removed (the kubelet's 5 minutes).")
-	flag.StringVar(&topologyPolicy, "topology-policy", string(cfg.TopologyPolicy),
-		"Topology manager policy for NUMA alignment of devices: "+joinValues(topology.Policies)+".")
-	flag.StringVar(&topologyScope, "topology-scope", string(cfg.TopologyScope),
-		"Granularity of NUMA alignment: "+joinValues(topology.Scopes)+".")
-	flag.StringVar(&injection, "runtime-injection", string(agent.RuntimeInjectionNRI),
-		"How containers get their devices at creation: "+joinValues(agent.RuntimeInjections)+". nri: the agent is an NRI plugin of the container runtime (containerd 2.x, CRI-O) and adds each container's envs, mounts, device nodes and CDI devices; while the NRI socket is missing or the connection is down it logs it, sets RuntimeInjectionReady=False on the node's NodeDevices and reconnects. none: no container is adjusted.")
-	flag.StringVar(&opts.NRI.SocketPath, "nri-socket", nri.DefaultSocketPath,
-		"The container runtime's NRI socket (--runtime-injection=nri).")
-	flag.StringVar(&opts.NRI.PluginIndex, "nri-plugin-index", nri.DefaultPluginIndex,
-		"Two-digit index of the agent's NRI plugin, registered as <index>-"+nri.PluginName+"; the runtime calls plugins in index order.")
-	flag.StringVar(&opts.NRI.HostRoot, "nri-host-root", "",
-		"Where the host's device nodes are seen in the agent's container: a device's host path (e.g. /dev/foo) is stat'ed as <root>/dev/foo for its type and numbers. Empty when the agent sees the host's /dev (privileged, or /dev mounted at /dev).")
-	flag.StringVar(&opts.PodResources.SocketPath, "pod-resources-socket", podresources.DefaultSocketPath,
-		"Unix socket on which the agent serves the kubelet's PodResources API (v1: List, Get, GetAllocatableResources) for the devices it manages, so node monitoring agents (dcgm-exporter, nfd-topology-updater) can map them to pods; the kubelet's own socket lists none of them. Its directory is created (0750) if missing. Empty disables it.")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
-		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
-		"Address the health probes (/healthz, /readyz) bind to; \"0\" disables them.")
-	// --kubeconfig is registered on flag.CommandLine by controller-runtime's config package.
-	if f := flag.Lookup("kubeconfig"); f != nil {
-		f.Usage = "Path to a kubeconfig. Empty: $KUBECONFIG if set, else the in-cluster configuration (the DaemonSet's service account)."
+func run() error {
+	s, err := parseFlags()
+	if err != nil {
+		return err
 	}
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
-	if flag.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", flag.Args())
-	}
-	if opts.NodeName == "" {
-		return errNoNodeName
-	}
-	var err error
-	if cfg.TopologyPolicy, err = topology.ParsePolicy(topologyPolicy); err != nil {
-		return fmt.Errorf("--topology-policy: %w", err)
-	}
-	if cfg.TopologyScope, err = topology.ParseScope(topologyScope); err != nil {
-		return fmt.Errorf("--topology-scope: %w", err)
-	}
-	if opts.RuntimeInjection, err = agent.ParseRuntimeInjection(injection); err != nil {
-		return fmt.Errorf("--runtime-injection: %w", err)
-	}
-	if s := opts.PodResources.SocketPath; s != "" {
-		if dir := filepath.Clean(filepath.Dir(s)); !filepath.IsAbs(s) || dir == filepath.Clean(cfg.PluginDir) ||
-			(cfg.PluginsRegistryDir != "" && dir == filepath.Clean(cfg.PluginsRegistryDir)) {
-			return fmt.Errorf("--pod-resources-socket=%q: %w", s, errPodResourcesSocket)
-		}
-	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	logger := setLogger(&s.zap, os.Stderr)
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -138,15 +78,15 @@ func run() error {
 	}
 	restCfg.QPS, restCfg.Burst = clientQPS, clientBurst
 
-	dm, err := nodeagent.New(cfg)
+	dm, err := nodeagent.New(s.core)
 	if err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
-		Cache:                  agent.CacheOptions(opts.NodeName),
+		Metrics:                metricsserver.Options{BindAddress: s.metricsAddr},
+		HealthProbeBindAddress: s.probeAddr,
+		Cache:                  agent.CacheOptions(s.opts.NodeName),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -155,7 +95,7 @@ func run() error {
 	if err := indexer.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("setting up the field indexes: %w", err)
 	}
-	a, err := agent.Setup(mgr, dm, opts)
+	a, err := agent.Setup(mgr, dm, s.opts)
 	if err != nil {
 		return err
 	}
@@ -166,15 +106,83 @@ func run() error {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 
-	ctrl.Log.WithName("setup").Info("Starting the agent", "node", opts.NodeName, "namespace", opts.Namespace,
-		"pluginDir", cfg.PluginDir, "pluginsRegistryDir", cfg.PluginsRegistryDir,
-		"topologyPolicy", cfg.TopologyPolicy, "topologyScope", cfg.TopologyScope,
-		"runtimeInjection", opts.RuntimeInjection, "nriSocket", opts.NRI.SocketPath,
-		"podResourcesSocket", opts.PodResources.SocketPath)
+	logger.WithName("setup").Info("Starting the agent", "node", s.opts.NodeName, "namespace", s.opts.Namespace,
+		"pluginDir", s.core.PluginDir, "pluginsRegistryDir", s.core.PluginsRegistryDir,
+		"topologyPolicy", s.core.TopologyPolicy, "topologyScope", s.core.TopologyScope,
+		"runtimeInjection", s.opts.RuntimeInjection, "nriSocket", s.opts.NRI.SocketPath,
+		"podResourcesSocket", s.opts.PodResources.SocketPath)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// parseFlags parses the command line into settings, and validates them (agent.Options.Validate).
+func parseFlags() (*settings, error) {
+	namespace := os.Getenv("POD_NAMESPACE")
+	if namespace == "" {
+		namespace = agent.DefaultNamespace
+	}
+	s := &settings{core: nodeagent.DefaultConfig()}
+	s.core.Registerer = metrics.Registry
+	s.opts.PodResources.Registerer = metrics.Registry
+	var topologyPolicy, topologyScope, injection string
+
+	flag.StringVar(&s.opts.NodeName, "node-name", os.Getenv("NODE_NAME"),
+		"Name of the node the agent runs on (required); defaults to $NODE_NAME, set from the pod's spec.nodeName by the DaemonSet.")
+	flag.StringVar(&s.opts.Namespace, "namespace", namespace,
+		"Namespace of the agent's Lease (kubedevice-agent-<node>); defaults to $POD_NAMESPACE, else "+agent.DefaultNamespace+".")
+	flag.StringVar(&s.core.PluginDir, "plugin-dir", s.core.PluginDir,
+		"Directory of the registration socket (kubelet.sock), the device plugins' sockets and the checkpoint. Never the kubelet's own directory, which deletes foreign sockets.")
+	flag.StringVar(&s.core.PluginsRegistryDir, "plugins-registry-dir", s.core.PluginsRegistryDir,
+		"Directory watched for plugins that announce themselves through the kubelet's plugin watcher; empty disables that registration path.")
+	flag.DurationVar(&s.core.EndpointGracePeriod, "endpoint-grace-period", s.core.EndpointGracePeriod,
+		"How long a resource whose device plugins all disconnected stays listed, with nothing allocatable, before it is removed (the kubelet's 5 minutes).")
+	flag.StringVar(&topologyPolicy, "topology-policy", string(s.core.TopologyPolicy),
+		"Topology manager policy for NUMA alignment of devices: "+joinValues(topology.Policies)+".")
+	flag.StringVar(&topologyScope, "topology-scope", string(s.core.TopologyScope),
+		"Granularity of NUMA alignment: "+joinValues(topology.Scopes)+".")
+	flag.StringVar(&injection, "runtime-injection", string(agent.RuntimeInjectionNRI),
+		"How containers get their devices at creation: "+joinValues(agent.RuntimeInjections)+". nri: the agent is an NRI plugin of the container runtime (containerd 2.x, CRI-O) and adds each container's envs, mounts, device nodes and CDI devices; while the NRI socket is missing or the connection is down it logs it, sets RuntimeInjectionReady=False on the node's NodeDevices and reconnects. none: no container is adjusted.")
+	flag.StringVar(&s.opts.NRI.SocketPath, "nri-socket", nri.DefaultSocketPath,
+		"The container runtime's NRI socket (--runtime-injection=nri).")
+	flag.StringVar(&s.opts.NRI.PluginIndex, "nri-plugin-index", nri.DefaultPluginIndex,
+		"Two-digit index of the agent's NRI plugin, registered as <index>-"+nri.PluginName+"; the runtime calls plugins in index order.")
+	flag.StringVar(&s.opts.NRI.HostRoot, "nri-host-root", "",
+		"Where the host's device nodes are seen in the agent's container: a device's host path (e.g. /dev/foo) is stat'ed as <root>/dev/foo for its type and numbers. Empty when the agent sees the host's /dev (privileged, or /dev mounted at /dev).")
+	flag.StringVar(&s.opts.PodResources.SocketPath, "pod-resources-socket", podresources.DefaultSocketPath,
+		"Unix socket on which the agent serves the kubelet's PodResources API (v1: List, Get, GetAllocatableResources) for the devices it manages, so node monitoring agents (dcgm-exporter, nfd-topology-updater) can map them to pods; the kubelet's own socket lists none of them. Its directory is created (0750) if missing. Empty disables it.")
+	flag.StringVar(&s.metricsAddr, "metrics-bind-address", ":8080",
+		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
+	flag.StringVar(&s.probeAddr, "health-probe-bind-address", ":8081",
+		"Address the health probes (/healthz, /readyz) bind to; \"0\" disables them.")
+	// --kubeconfig is registered on flag.CommandLine by controller-runtime's config package.
+	if f := flag.Lookup("kubeconfig"); f != nil {
+		f.Usage = "Path to a kubeconfig. Empty: $KUBECONFIG if set, else the in-cluster configuration (the DaemonSet's service account)."
+	}
+	s.zap.BindFlags(flag.CommandLine)
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+
+	var err error
+	if s.core.TopologyPolicy, err = topology.ParsePolicy(topologyPolicy); err != nil {
+		return nil, fmt.Errorf("--topology-policy: %w", err)
+	}
+	if s.core.TopologyScope, err = topology.ParseScope(topologyScope); err != nil {
+		return nil, fmt.Errorf("--topology-scope: %w", err)
+	}
+	if s.opts.RuntimeInjection, err = agent.ParseRuntimeInjection(injection); err != nil {
+		return nil, fmt.Errorf("--runtime-injection: %w", err)
+	}
+	switch err := s.opts.Validate(s.core); {
+	case errors.Is(err, agent.ErrNoNodeName):
+		return nil, errNoNodeName
+	case err != nil:
+		return nil, fmt.Errorf("--pod-resources-socket=%w", err)
+	}
+	return s, nil
 }
 
 func joinValues[T ~string](values []T) string {
@@ -183,4 +191,14 @@ func joinValues[T ~string](values []T) string {
 		s[i] = string(v)
 	}
 	return strings.Join(s, ", ")
+}
+
+// setLogger makes the logger of opts, writing to w, the logger of controller-runtime and of klog,
+// so that the libraries that log through klog (client-go's reflectors and event broadcaster, the
+// NRI stub) write in the same format as the agent, and returns it.
+func setLogger(opts *zap.Options, w io.Writer) logr.Logger {
+	logger := zap.New(zap.UseFlagOptions(opts), zap.WriteTo(w))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+	return logger
 }

@@ -23,7 +23,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/cleanup"
-	"github.com/kubedevice/kubedevice/internal/controller"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/devenv"
 	"github.com/kubedevice/kubedevice/internal/status"
 )
@@ -148,13 +148,13 @@ func newCleanupCommand() *cobra.Command {
 		Long: `Remove every trace of kubedevice from a cluster whose kubedevice agents and controller are gone
 (helm uninstall, or kubectl delete -k config/default --wait=false):
 
-  1. Wait until no kubedevice controller runs: its leader election Lease (` + controller.LeaderElectionID + `
+  1. Wait until no kubedevice controller runs: its leader election Lease (` + contract.LeaderElectionID + `
      in --lease-namespace) is absent, released or expired, at most --timeout. A controller that still
      runs would publish the resources again. --force skips the wait.
   2. Remove from every Node's status.capacity and status.allocatable the extended resources
-     kubedevice published: those its controller's field manager (` + controller.FieldOwner + `) owns,
+     kubedevice published: those its controller's field manager (` + contract.ControllerFieldOwner + `) owns,
      and those of the node's NodeDevices. Other resources, cpu and memory are left alone.
-  3. Delete every DeviceAllocation, and every NodeDevice once its ` + controller.NodeCapacityFinalizer + `
+  3. Delete every DeviceAllocation, and every NodeDevice once its ` + contract.NodeCapacityFinalizer + `
      finalizer is removed, so deleting the CRDs completes. A kubedevice agent installed again
      rebuilds them from its node's checkpoint; cordons in NodeDevices are lost (they are logged).
 
@@ -164,13 +164,13 @@ hook. It logs each change to standard error and prints a summary.`,
   kubedevice cleanup --force    # without waiting for the controller's Lease`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.ConsoleEncoder())
-			ctrl.SetLogger(log)
+			logger := zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.ConsoleEncoder())
+			ctrl.SetLogger(logger)
 			c, err := newClientWithTimeout(kubeconfig, cleanupRequestTimeout)
 			if err != nil {
 				return err
 			}
-			res, err := cleanup.Run(ctrl.LoggerInto(cmd.Context(), log), c, opts)
+			res, err := cleanup.Run(ctrl.LoggerInto(cmd.Context(), logger), c, opts)
 			if err != nil {
 				return fmt.Errorf("cleaning up: %w", err)
 			}

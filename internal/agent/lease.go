@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
 )
 
 // leaseRenewer keeps the agent's Lease, kubedevice-agent-<node> in the agent's namespace, held by
@@ -19,7 +22,10 @@ import (
 // periodic write, from which the controller judges that the node's devices are being reported.
 // The Lease is read from the API server, not cached, and written with the last version read.
 type leaseRenewer struct {
-	*Agent
+	opts      Options
+	gate      *kube.Gate
+	client    client.Client
+	apiReader client.Reader
 	// lease is the last version written or read; nil when it must be read again.
 	lease *coordinationv1.Lease
 }
@@ -30,16 +36,16 @@ func (*leaseRenewer) NeedLeaderElection() bool { return false }
 // Start renews the Lease until ctx ends. A failed renewal is logged and tried again at the next
 // tick: the Lease stays valid for several intervals.
 func (l *leaseRenewer) Start(ctx context.Context) error {
-	lg := log.FromContext(ctx).WithName("lease").WithValues("lease", klog.KRef(l.opts.Namespace, LeaseName(l.opts.NodeName)))
-	ctx = log.IntoContext(ctx, lg)
-	if l.waitReady(ctx) != nil {
+	logger := ctrl.LoggerFrom(ctx).WithName("lease").WithValues("lease", klog.KRef(l.opts.Namespace, LeaseName(l.opts.NodeName)))
+	ctx = ctrl.LoggerInto(ctx, logger)
+	if l.gate.Wait(ctx) != nil {
 		return nil // The manager stopped before the agent was ready.
 	}
-	ticker := l.clock.NewTicker(l.opts.LeaseRenewInterval)
+	ticker := l.opts.Clock.NewTicker(l.opts.LeaseRenewInterval)
 	defer ticker.Stop()
 	for {
 		if err := l.renew(ctx); err != nil {
-			lg.Error(err, "Renewing the agent Lease")
+			logger.Error(err, "Renewing the agent Lease")
 		}
 		select {
 		case <-ctx.Done():
@@ -53,7 +59,7 @@ func (l *leaseRenewer) Start(ctx context.Context) error {
 func (l *leaseRenewer) renew(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.LeaseRenewInterval)
 	defer cancel()
-	now := metav1.NewMicroTime(l.clock.Now())
+	now := metav1.NewMicroTime(l.opts.Clock.Now())
 	if l.lease == nil {
 		lease := &coordinationv1.Lease{}
 		err := l.apiReader.Get(ctx, client.ObjectKey{Namespace: l.opts.Namespace, Name: LeaseName(l.opts.NodeName)}, lease)
@@ -74,7 +80,7 @@ func (l *leaseRenewer) renew(ctx context.Context) error {
 		l.lease = nil
 		return fmt.Errorf("renewing the agent Lease: %w", err)
 	}
-	apiWrites.WithLabelValues("Lease", "update").Inc()
+	kube.CountWrite("Lease", "update")
 	l.lease = lease
 	return nil
 }
@@ -92,7 +98,7 @@ func (l *leaseRenewer) create(ctx context.Context, now metav1.MicroTime) error {
 	if err := l.client.Create(ctx, lease, client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("creating the agent Lease: %w", err)
 	}
-	apiWrites.WithLabelValues("Lease", "create").Inc()
+	kube.CountWrite("Lease", "create")
 	l.lease = lease
 	return nil
 }

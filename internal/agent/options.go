@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,22 +13,30 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
-	"github.com/kubedevice/kubedevice/internal/agent/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/injection"
+	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/contract"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
 )
 
-// Names and defaults shared with the deployment and the controller.
+// Names and defaults shared with the deployment and the controller. The names every binary
+// shares are defined in package contract; the aliases here are how the agent's callers read them.
 const (
-	// FieldOwner is the field manager of every write of the agent. The controller writes under
-	// its own (kubedevice-controller), so neither ever takes the other's fields.
-	FieldOwner = "kubedevice-agent"
+	// FieldOwner is the field manager of every write of the agent (contract.AgentFieldOwner).
+	FieldOwner = contract.AgentFieldOwner
 
-	// LeasePrefix prefixes the node name in the name of the agent's Lease:
-	// kubedevice-agent-<node>, in the agent's namespace.
-	LeasePrefix = "kubedevice-agent-"
+	// LeasePrefix prefixes the node name in the name of the agent's Lease
+	// (contract.AgentLeasePrefix).
+	LeasePrefix = contract.AgentLeasePrefix
 
 	// DefaultNamespace is the agent's namespace when neither the flag nor $POD_NAMESPACE says.
-	DefaultNamespace = "kubedevice-system"
+	DefaultNamespace = contract.Namespace
+
+	// EventReasonPreStartContainerFailed is the reason of the Warning event on a pod whose device
+	// plugin's PreStartContainer failed (injection.EventReasonPreStartContainerFailed).
+	EventReasonPreStartContainerFailed = injection.EventReasonPreStartContainerFailed
 
 	// DefaultLeaseDuration is the leaseDurationSeconds the agent writes in its Lease.
 	DefaultLeaseDuration = 40 * time.Second
@@ -109,13 +118,14 @@ type Options struct {
 }
 
 var (
-	errNoNodeName  = errors.New("the node name is empty")
+	// ErrNoNodeName is the error of Options without a node name.
+	ErrNoNodeName  = errors.New("the node name is empty")
 	errNoNamespace = errors.New("the agent namespace is empty")
 )
 
 func (o Options) complete() (Options, error) {
 	if o.NodeName == "" {
-		return o, errNoNodeName
+		return o, ErrNoNodeName
 	}
 	if o.Namespace == "" {
 		return o, errNoNamespace
@@ -156,9 +166,27 @@ func (o Options) complete() (Options, error) {
 	return o, nil
 }
 
-// LeaseName returns the name of the Lease the agent of node renews.
+// LeaseName returns the name of the Lease the agent of node renews (contract.AgentLeaseName).
 func LeaseName(node string) string {
-	return LeasePrefix + node
+	return contract.AgentLeaseName(node)
+}
+
+// NodeDeviceName returns the name of shard shard of the NodeDevice for resource on node
+// (kube.NodeDeviceName).
+func NodeDeviceName(node, resource string, shard int) string {
+	return kube.NodeDeviceName(node, resource, shard)
+}
+
+// DeviceAllocationName returns the name of the DeviceAllocation of the pod named podName with UID
+// podUID (kube.DeviceAllocationName).
+func DeviceAllocationName(podName, podUID string) string {
+	return kube.DeviceAllocationName(podName, podUID)
+}
+
+// LabelValue returns s if it is a valid label value, else a valid label value derived from it
+// (kube.LabelValue).
+func LabelValue(s string) string {
+	return kube.LabelValue(s)
 }
 
 // CacheOptions returns the cache options of the agent's manager: everything it reads is scoped to
@@ -174,17 +202,28 @@ func CacheOptions(node string) cache.Options {
 			&corev1.Pod{}:                  {Field: onNode},
 			&kdv1alpha1.NodeDevice{}:       {Field: onNode},
 			&kdv1alpha1.DeviceAllocation{}: {Field: onNode},
-			&corev1.Node{}:                 {Field: fields.OneTermEqualSelector("metadata.name", node), Transform: stripNode},
+			&corev1.Node{}:                 {Field: fields.OneTermEqualSelector("metadata.name", node), Transform: contract.StripNode},
 		},
 	}
 }
 
-// stripNode drops from the cached Node what the agent never reads: managed fields and the image
-// list, the bulk of a Node object.
-func stripNode(in any) (any, error) {
-	if node, ok := in.(*corev1.Node); ok {
-		node.ManagedFields = nil
-		node.Status.Images = nil
+var errPodResourcesSocket = errors.New("want an absolute path outside the plugin directory and the plugins registry directory, whose sockets the agent treats as device plugins'")
+
+// Validate checks opts against the core's configuration cfg before anything starts: the node
+// name is set, and the PodResources socket (when served) is an absolute path outside the
+// directories whose sockets the core treats as device plugins'. Setup checks the rest.
+func (o Options) Validate(cfg nodeagent.Config) error {
+	if o.NodeName == "" {
+		return ErrNoNodeName
 	}
-	return in, nil
+	s := o.PodResources.SocketPath
+	if s == "" {
+		return nil
+	}
+	dir := filepath.Clean(filepath.Dir(s))
+	if !filepath.IsAbs(s) || dir == filepath.Clean(cfg.PluginDir) ||
+		(cfg.PluginsRegistryDir != "" && dir == filepath.Clean(cfg.PluginsRegistryDir)) {
+		return fmt.Errorf("%q: %w", s, errPodResourcesSocket)
+	}
+	return nil
 }

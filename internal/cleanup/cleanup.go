@@ -22,19 +22,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
-	"github.com/kubedevice/kubedevice/internal/controller"
+	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
 const (
 	// FieldOwner is the field manager of the cleanup's writes.
-	FieldOwner = "kubedevice-cleanup"
+	FieldOwner = contract.CleanupFieldOwner
 
 	// DefaultTimeout is how long Run waits for the controller to stop by default.
 	DefaultTimeout = 2 * time.Minute
 
 	// DefaultLeaseNamespace is the namespace of the controller's leader election Lease when the
 	// options name none: where both installs put the controller.
-	DefaultLeaseNamespace = controller.DefaultAgentNamespace
+	DefaultLeaseNamespace = contract.Namespace
 
 	// defaultPollInterval is how often Run reads the Lease while it waits: as often as a
 	// candidate of client-go's leader election tries to acquire it.
@@ -51,7 +51,7 @@ type Options struct {
 	// DefaultLeaseNamespace.
 	LeaseNamespace string
 
-	// LeaseName is the name of that Lease; empty means controller.LeaderElectionID.
+	// LeaseName is the name of that Lease; empty means contract.LeaderElectionID.
 	LeaseName string
 
 	// Force skips the wait for the controller to stop.
@@ -72,7 +72,7 @@ func (o Options) complete() Options {
 		o.LeaseNamespace = DefaultLeaseNamespace
 	}
 	if o.LeaseName == "" {
-		o.LeaseName = controller.LeaderElectionID
+		o.LeaseName = contract.LeaderElectionID
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
@@ -236,7 +236,7 @@ func cleanNode(ctx context.Context, c client.Client, node *corev1.Node, devices 
 // publishedResources returns the extended resources, in the node's status.capacity or
 // status.allocatable, that the controller's field manager owns or that devices names, sorted.
 func publishedResources(node *corev1.Node, devices []corev1.ResourceName) ([]corev1.ResourceName, error) {
-	owned, err := ownedStatusResources(node.ManagedFields, controller.FieldOwner)
+	owned, err := ownedStatusResources(node.ManagedFields, contract.ControllerFieldOwner)
 	if err != nil {
 		return nil, fmt.Errorf("reading the managed fields of node %q: %w", node.Name, err)
 	}
@@ -298,7 +298,7 @@ func deleteDeviceAllocations(ctx context.Context, c client.Client) (int, error) 
 // returns how many it deleted (or released, when they were deleted already) and from how many it
 // removed the finalizer.
 func deleteNodeDevices(ctx context.Context, c client.Client, nds []kdv1alpha1.NodeDevice) (deleted, unfinalized int, err error) {
-	log := ctrl.LoggerFrom(ctx)
+	logger := ctrl.LoggerFrom(ctx)
 	for i := range nds {
 		nd := &nds[i]
 		removed, err := removeFinalizer(ctx, c, nd)
@@ -312,7 +312,7 @@ func deleteNodeDevices(ctx context.Context, c client.Client, nds []kdv1alpha1.No
 			// Already deleted, and held only by the finalizer: it goes now.
 			if removed {
 				deleted++
-				log.Info("Released a deleted NodeDevice", "nodeDevice", klog.KObj(nd), "node", nd.Spec.NodeName, "resource", nd.Spec.ResourceName)
+				logger.Info("Released a deleted NodeDevice", "nodeDevice", klog.KObj(nd), "node", nd.Spec.NodeName, "resource", nd.Spec.ResourceName)
 			}
 			continue
 		}
@@ -332,7 +332,7 @@ func deleteNodeDevices(ctx context.Context, c client.Client, nds []kdv1alpha1.No
 			}
 			kv = append(kv, "droppedCordons", cordons)
 		}
-		log.Info("Deleted a NodeDevice", kv...)
+		logger.Info("Deleted a NodeDevice", kv...)
 	}
 	return deleted, unfinalized, nil
 }
@@ -352,11 +352,11 @@ func removeFinalizer(ctx context.Context, c client.Client, nd *kdv1alpha1.NodeDe
 			*nd = *latest
 		}
 		fresh = true
-		if !controllerutil.ContainsFinalizer(nd, controller.NodeCapacityFinalizer) {
+		if !controllerutil.ContainsFinalizer(nd, contract.NodeCapacityFinalizer) {
 			return nil
 		}
 		patched := nd.DeepCopy()
-		controllerutil.RemoveFinalizer(patched, controller.NodeCapacityFinalizer)
+		controllerutil.RemoveFinalizer(patched, contract.NodeCapacityFinalizer)
 		if err := c.Patch(ctx, patched, client.MergeFromWithOptions(nd, client.MergeFromWithOptimisticLock{}),
 			client.FieldOwner(FieldOwner)); err != nil {
 			return err

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubedevice/kubedevice/internal/controller"
+	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
 func managedStatus(manager, subresource, fields string) metav1.ManagedFieldsEntry {
@@ -43,12 +43,12 @@ func TestPublishedResources(t *testing.T) {
 	}{
 		"owned by the controller through status": {
 			node: node(list("cpu", "example.com/gopher", "example.org/other"), list("cpu", "example.com/gopher", "example.org/other"),
-				managedStatus(controller.FieldOwner, "status", ours),
+				managedStatus(contract.ControllerFieldOwner, "status", ours),
 				managedStatus("admin", "status", `{"f:status":{"f:capacity":{"f:example.org/other":{}}}}`)),
 			want: []corev1.ResourceName{"example.com/gopher"},
 		},
 		"owned by the controller without the status subresource is not ours": {
-			node: node(list("example.com/gopher"), list("example.com/gopher"), managedStatus(controller.FieldOwner, "", ours)),
+			node: node(list("example.com/gopher"), list("example.com/gopher"), managedStatus(contract.ControllerFieldOwner, "", ours)),
 		},
 		"a NodeDevice's resource owned by someone else": {
 			node: node(list("example.com/gopher", "vendor.example/gpu"), list("vendor.example/gpu"),
@@ -57,17 +57,17 @@ func TestPublishedResources(t *testing.T) {
 			want:    []corev1.ResourceName{"vendor.example/gpu"},
 		},
 		"only in allocatable": {
-			node: node(nil, list("example.com/gopher"), managedStatus(controller.FieldOwner, "status", ours)),
+			node: node(nil, list("example.com/gopher"), managedStatus(contract.ControllerFieldOwner, "status", ours)),
 			want: []corev1.ResourceName{"example.com/gopher"},
 		},
 		"never a native or kubernetes.io resource, whoever owns it": {
 			node: node(list("cpu", "devices.kubernetes.io/gpu", "requests.example.com/x", "example.com/gopher"), nil,
-				managedStatus(controller.FieldOwner, "status", `{"f:status":{"f:capacity":{"f:cpu":{},"f:devices.kubernetes.io/gpu":{}}}}`)),
+				managedStatus(contract.ControllerFieldOwner, "status", `{"f:status":{"f:capacity":{"f:cpu":{},"f:devices.kubernetes.io/gpu":{}}}}`)),
 			devices: []corev1.ResourceName{"cpu", "requests.example.com/x", "example.com/gopher"},
 			want:    []corev1.ResourceName{"example.com/gopher"},
 		},
 		"nothing published": {
-			node:    node(list("cpu"), list("cpu"), managedStatus(controller.FieldOwner, "status", ours)),
+			node:    node(list("cpu"), list("cpu"), managedStatus(contract.ControllerFieldOwner, "status", ours)),
 			devices: []corev1.ResourceName{"example.com/gopher"},
 		},
 	}
@@ -84,7 +84,7 @@ func TestPublishedResources(t *testing.T) {
 	}
 
 	t.Run("malformed managed fields", func(t *testing.T) {
-		if _, err := publishedResources(node(nil, nil, managedStatus(controller.FieldOwner, "status", `{"f:status":[]}`)), nil); err == nil {
+		if _, err := publishedResources(node(nil, nil, managedStatus(contract.ControllerFieldOwner, "status", `{"f:status":[]}`)), nil); err == nil {
 			t.Error("no error")
 		}
 	})

@@ -59,9 +59,9 @@ func (w *leaseWatch) observe(lease *coordinationv1.Lease, now time.Time) Control
 // or absent), at most opts.Timeout, and returns how the wait ended. While it waits it reads the
 // Lease every opts.PollInterval.
 func waitForController(ctx context.Context, c client.Reader, opts Options) (ControllerState, error) {
-	log := ctrl.LoggerFrom(ctx).WithValues("lease", opts.LeaseNamespace+"/"+opts.LeaseName)
+	logger := ctrl.LoggerFrom(ctx).WithValues("lease", opts.LeaseNamespace+"/"+opts.LeaseName)
 	if opts.Force {
-		log.Info("Not waiting for the kubedevice controller to stop (forced)")
+		logger.Info("Not waiting for the kubedevice controller to stop (forced)")
 		return ControllerNotWaited, nil
 	}
 	key := client.ObjectKey{Namespace: opts.LeaseNamespace, Name: opts.LeaseName}
@@ -79,9 +79,9 @@ func waitForController(ctx context.Context, c client.Reader, opts Options) (Cont
 		if state := watch.observe(lease, now); state != "" {
 			switch state {
 			case ControllerNoLease:
-				log.Info("No kubedevice controller holds the leader election Lease: there is none (a controller never led, or runs without leader election)")
+				logger.Info("No kubedevice controller holds the leader election Lease: there is none (a controller never led, or runs without leader election)")
 			default:
-				log.Info("No kubedevice controller holds the leader election Lease", "state", state, "holder", ptr.Deref(lease.Spec.HolderIdentity, ""))
+				logger.Info("No kubedevice controller holds the leader election Lease", "state", state, "holder", ptr.Deref(lease.Spec.HolderIdentity, ""))
 			}
 			return state, nil
 		}
@@ -91,7 +91,7 @@ func waitForController(ctx context.Context, c client.Reader, opts Options) (Cont
 				ErrControllerRunning, holder, key, opts.Timeout)
 		}
 		if !waiting {
-			log.Info("Waiting for the kubedevice controller to stop", "holder", holder, "timeout", opts.Timeout)
+			logger.Info("Waiting for the kubedevice controller to stop", "holder", holder, "timeout", opts.Timeout)
 			waiting = true
 		}
 		t := opts.Clock.NewTimer(min(opts.PollInterval, deadline.Sub(now)))

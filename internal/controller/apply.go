@@ -53,16 +53,6 @@ func conditionChanged(got *metav1.Condition, want *metav1.Condition) bool {
 		got.ObservedGeneration != want.ObservedGeneration
 }
 
-// withTransitionTime returns c with the transition time of got when the status did not change,
-// now otherwise.
-func withTransitionTime(c metav1.Condition, got *metav1.Condition, now metav1.Time) metav1.Condition {
-	c.LastTransitionTime = now
-	if got != nil && got.Status == c.Status {
-		c.LastTransitionTime = got.LastTransitionTime
-	}
-	return c
-}
-
 // applyFinalizer server-side applies the node-capacity finalizer onto the NodeDevice nd (present)
 // or off it, under FieldOwner. Finalizers are a set, so other writers' finalizers are left alone
 // whatever the object's resourceVersion. The body carries nd's UID: the API server refuses it

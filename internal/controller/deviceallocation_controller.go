@@ -59,7 +59,7 @@ func (r *deviceAllocationReconciler) setupWithManager(mgr ctrl.Manager, opts crc
 
 // Reconcile deletes an orphaned DeviceAllocation or sets its Conflict condition.
 func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
+	logger := ctrl.LoggerFrom(ctx)
 	da := &kdv1alpha1.DeviceAllocation{}
 	if err := r.client.Get(ctx, req.NamespacedName, da); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -84,13 +84,13 @@ func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 			// The preconditions keep a changed or recreated allocation; its own event brings it back.
 			err := r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
 			if apierrors.IsConflict(err) {
-				log.V(1).Info("DeviceAllocation changed before its deletion; looking again on its event")
+				logger.V(1).Info("DeviceAllocation changed before its deletion; looking again on its event")
 				return ctrl.Result{}, nil
 			}
 			if client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, fmt.Errorf("deleting orphaned DeviceAllocation %s: %w", req.NamespacedName, err)
 			}
-			log.Info("Deleted a DeviceAllocation whose pod and agent are gone", "pod", da.Spec.PodName, "agent", agent.reason)
+			logger.Info("Deleted a DeviceAllocation whose pod and agent are gone", "pod", da.Spec.PodName, "agent", agent.reason)
 			return ctrl.Result{}, nil
 		}
 		// The agent releases it; if the agent goes first, come back then.
@@ -111,7 +111,7 @@ func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		if err := applyConditions(ctx, r.client, deviceAllocationGVK, req.NamespacedName, conds...); err != nil {
 			return ctrl.Result{}, err
 		}
-		log.Info("Set the Conflict condition", "conflict", want != nil)
+		logger.Info("Set the Conflict condition", "conflict", want != nil)
 		if conflictStarted(got, want) {
 			r.recorder.Eventf(da, firstOther(da, peers), corev1.EventTypeWarning, kdv1alpha1.ReasonDeviceHeldTwice,
 				"DetectConflict", "%s", want.Message)

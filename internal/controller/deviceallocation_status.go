@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 )
 
@@ -88,7 +89,7 @@ func conflictCondition(da *kdv1alpha1.DeviceAllocation, conflicts []deviceConfli
 	if len(message) > maxConditionMessage {
 		message = strings.ToValidUTF8(message[:maxConditionMessage-3], "") + "..."
 	}
-	c := withTransitionTime(metav1.Condition{
+	c := contract.WithTransitionTime(metav1.Condition{
 		Type:               kdv1alpha1.DeviceAllocationConflict,
 		Status:             metav1.ConditionTrue,
 		Reason:             kdv1alpha1.ReasonDeviceHeldTwice,

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
 // agentState is whether a node's agent is alive, judged from its Lease.
@@ -29,9 +30,9 @@ type agentState struct {
 	expiresIn time.Duration
 }
 
-// AgentLeaseName returns the name of the Lease the agent of node renews.
+// AgentLeaseName returns the name of the Lease the agent of node renews (contract.AgentLeaseName).
 func AgentLeaseName(node string) string {
-	return AgentLeasePrefix + node
+	return contract.AgentLeaseName(node)
 }
 
 // agentStateOf judges the agent from its Lease (nil when there is none): valid until renewTime +
@@ -90,10 +91,10 @@ func (l leaseReader) agentState(ctx context.Context, node string, now time.Time)
 
 // nodeOfLease returns the node whose agent renews lease, or false for any other Lease.
 func (l leaseReader) nodeOfLease(lease client.Object) (string, bool) {
-	if lease.GetNamespace() != l.namespace || !strings.HasPrefix(lease.GetName(), AgentLeasePrefix) {
+	if lease.GetNamespace() != l.namespace || !strings.HasPrefix(lease.GetName(), contract.AgentLeasePrefix) {
 		return "", false
 	}
-	node := strings.TrimPrefix(lease.GetName(), AgentLeasePrefix)
+	node := strings.TrimPrefix(lease.GetName(), contract.AgentLeasePrefix)
 	return node, node != ""
 }
 

@@ -69,7 +69,7 @@ func (r *nodeReconciler) setupWithManager(mgr ctrl.Manager, opts crcontroller.Op
 // Reconcile publishes the node's kubedevice resources and lets terminating NodeDevices go once
 // their resource is zero on the node.
 func (r *nodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
+	logger := ctrl.LoggerFrom(ctx)
 	node, err := r.getNode(ctx, req.Name)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -112,14 +112,14 @@ func (r *nodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		nodeCapacityPatches.Inc()
 		r.remember(node.Name, before, node.Status)
 		status = node.Status
-		log.Info("Published node capacity", "patch", string(patch), "agentReady", agent.ready)
+		logger.Info("Published node capacity", "patch", string(patch), "agentReady", agent.ready)
 	}
 
 	for _, nd := range releasable(status, nds.Items) {
 		if err := removeFinalizer(ctx, r.client, nd); err != nil {
 			return ctrl.Result{}, err
 		}
-		log.V(1).Info("Released a deleted NodeDevice", "nodeDevice", nd.Name, "resource", nd.Spec.ResourceName)
+		logger.V(1).Info("Released a deleted NodeDevice", "nodeDevice", nd.Name, "resource", nd.Spec.ResourceName)
 	}
 
 	if agent.ready {
@@ -193,7 +193,7 @@ func (r *nodeReconciler) deleteNodeDevices(ctx context.Context, nodeName string)
 	if err := r.client.List(ctx, nds, client.MatchingFields{indexer.NodeDeviceNodeName: nodeName}); err != nil {
 		return fmt.Errorf("listing the NodeDevices of deleted node %q: %w", nodeName, err)
 	}
-	log := ctrl.LoggerFrom(ctx)
+	logger := ctrl.LoggerFrom(ctx)
 	for i := range nds.Items {
 		nd := &nds.Items[i]
 		if err := removeFinalizer(ctx, r.client, nd); err != nil {
@@ -206,7 +206,7 @@ func (r *nodeReconciler) deleteNodeDevices(ctx context.Context, nodeName string)
 		if client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting NodeDevice %q of deleted node %q: %w", nd.Name, nodeName, err)
 		}
-		log.Info("Deleted the NodeDevice of a deleted Node", "nodeDevice", nd.Name)
+		logger.Info("Deleted the NodeDevice of a deleted Node", "nodeDevice", nd.Name)
 	}
 	return nil
 }

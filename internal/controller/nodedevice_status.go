@@ -5,6 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
 // agentReadyCondition returns the AgentReady condition nd should carry for its agent's state: True
@@ -22,7 +23,7 @@ func agentReadyCondition(nd *kdv1alpha1.NodeDevice, agent agentState, now metav1
 		Message:            agent.message,
 		ObservedGeneration: nd.Generation,
 	}
-	return withTransitionTime(c, meta.FindStatusCondition(nd.Status.Conditions, kdv1alpha1.NodeDeviceAgentReady), now)
+	return contract.WithTransitionTime(c, meta.FindStatusCondition(nd.Status.Conditions, kdv1alpha1.NodeDeviceAgentReady), now)
 }
 
 // agentLost reports whether the condition change from got to want is the agent going away (or

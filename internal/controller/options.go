@@ -12,31 +12,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+
+	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
-// Names shared by the controllers.
+// Names shared by the controllers. The names every kubedevice binary shares are defined in package
+// contract; the aliases here keep the controller's callers reading them as before.
 const (
-	// FieldOwner is the field manager of every write of the controller. The node agent writes
-	// under its own field owner, kubedevice-agent, so the two never take each other's fields.
-	FieldOwner = "kubedevice-controller"
+	// FieldOwner is the field manager of every write of the controller (contract.ControllerFieldOwner).
+	FieldOwner = contract.ControllerFieldOwner
 
-	// LeaderElectionID names the Lease the controller replicas elect a leader with, in the
-	// controller's namespace. While a controller holds it, it may publish node capacity at any
-	// moment; `kubedevice cleanup` waits until it is released or expired.
-	LeaderElectionID = "kubedevice-controller.kubedevice.io"
+	// LeaderElectionID names the controller's leader election Lease (contract.LeaderElectionID).
+	LeaderElectionID = contract.LeaderElectionID
 
-	// NodeCapacityFinalizer holds a NodeDevice until the controller has set its resource to zero
-	// on the node, so a resource whose NodeDevices are all gone is never left published (nor
-	// forgotten as ours), even when the controller was down when they went.
-	NodeCapacityFinalizer = "kubedevice.io/node-capacity"
-
-	// AgentLeasePrefix prefixes the node name in the name of the Lease a node agent renews in the
-	// agent namespace: kubedevice-agent-<node>.
-	AgentLeasePrefix = "kubedevice-agent-"
+	// NodeCapacityFinalizer holds a NodeDevice until its resource is zero on the node
+	// (contract.NodeCapacityFinalizer).
+	NodeCapacityFinalizer = contract.NodeCapacityFinalizer
 
 	// DefaultAgentNamespace is where agent Leases live when neither the flag nor $POD_NAMESPACE
 	// says otherwise.
-	DefaultAgentNamespace = "kubedevice-system"
+	DefaultAgentNamespace = contract.Namespace
 
 	// DefaultAgentLeaseDuration is how long after its last renewal an agent's Lease counts as
 	// valid: four of the agent's 10 s renewals.
@@ -102,19 +97,9 @@ func CacheOptions(opts Options) cache.Options {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.AgentNamespace: {}}},
-			&corev1.Node{}:          {Transform: stripNode},
+			&corev1.Node{}:          {Transform: contract.StripNode},
 		},
 	}
-}
-
-// stripNode drops what the controller never reads from cached Nodes: managed fields and the
-// image list, the bulk of a Node object.
-func stripNode(in any) (any, error) {
-	if node, ok := in.(*corev1.Node); ok {
-		node.ManagedFields = nil
-		node.Status.Images = nil
-	}
-	return in, nil
 }
 
 // Setup adds the node capacity, NodeDevice and DeviceAllocation controllers to mgr. The field

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
 // The demo scenario.
@@ -22,7 +24,7 @@ const (
 	// PodNamespace holds both pods.
 	PodNamespace = "default"
 	// AgentNamespace holds the agent's Lease.
-	AgentNamespace = "kubedevice-system"
+	AgentNamespace = contract.Namespace
 )
 
 // insufficientMessage is what the scheduler says of a pod that asks for more gophers than any node

@@ -457,6 +457,24 @@ var _ = Describe("Node agent allocation failures", func() {
 		Expect(eventsFor(pod.UID)()).To(HaveLen(1))
 	})
 
+	It("shows each distinct refusal of a pod as an event of its own", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+		pod := createPod(testutil.MakePod("greedy", ns).Node(n.name).Request(gopher, 5))
+		Eventually(eventsFor(pod.UID)).Should(ContainElement(HaveField("Note", ContainSubstring("Available: 4"))))
+
+		By("the plugin losing a device: the pod is refused again, for another count")
+		p.Update(gophers("gopher", 3))
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(
+			HaveField("Message", ContainSubstring("Available: 3")))))
+		Eventually(eventsFor(pod.UID)).Should(ContainElements(
+			HaveField("Note", ContainSubstring("Available: 4")),
+			HaveField("Note", ContainSubstring("Available: 3")),
+		), "the second refusal is not counted under the first one's event")
+	})
+
 	It("leaves alone a resource no plugin serves, and allocates as soon as a plugin registers it", func() {
 		n := newNodeAgent(0)
 		pod := createPod(testutil.MakePod("early", ns).Node(n.name).Request(gopher, 1))
@@ -497,6 +515,62 @@ var _ = Describe("Node agent allocation failures", func() {
 		Eventually(deviceAllocation(pod)).WithTimeout(5 * time.Second).Should(HaveField("Status.Conditions", ContainElement(And(
 			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
 		AddReportEntry("Plugin re-registration → refused pod allocated", time.Since(registered).String())
+	})
+
+	It("says why it refused a pod whose plugin answered Allocate without a response per container", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 2))
+		p.SetAllocateFunc(func(*pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			return &pluginapi.AllocateResponse{}, nil
+		})
+		n.register(p)
+		pod := createPod(testutil.MakePod("unanswered", ns).Node(n.name).Request(gopher, 1))
+		// The kubelet's words for it.
+		why := ContainSubstring("no containers return in allocation response")
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated),
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", kdv1alpha1.ReasonAllocateFailed),
+			HaveField("Message", why),
+		))))
+		Eventually(eventsFor(pod.UID)).Should(ContainElement(And(
+			HaveField("Reason", kdv1alpha1.EventReasonDeviceAllocationFailed),
+			HaveField("Note", why),
+		)))
+		Expect(n.holds(pod)).To(BeFalse())
+		Expect(n.logs.String()).To(MatchRegexp(`Recorded the pod's devices.*"allocated": false.*"reason": "AllocateFailed".*no containers return in allocation response`),
+			"the log says why the pod was refused")
+	})
+
+	It("never allocates to a pod being deleted, even one it refused before", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 1))
+		n.register(p)
+		holder := createPod(testutil.MakePod("holder", ns).Node(n.name).Request(gopher, 1))
+		Eventually(deviceAllocation(holder)).Should(HaveField("Status.Summary", string(gopher)+"=gopher-0"))
+		refused := createPod(testutil.MakePod("refused", ns).Node(n.name).Request(gopher, 1))
+		Eventually(deviceAllocation(refused)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionFalse)))))
+
+		By("deleting the refused pod with a grace period: it stays, being deleted, as no kubelet ends it")
+		Expect(k8sClient.Delete(ctx, refused, client.GracePeriodSeconds(30))).To(Succeed())
+		DeferCleanup(func() {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, refused, client.GracePeriodSeconds(0)))).To(Succeed())
+		})
+		Eventually(func() (*corev1.Pod, error) {
+			pod := &corev1.Pod{}
+			return pod, k8sClient.Get(ctx, client.ObjectKeyFromObject(refused), pod)
+		}).Should(HaveField("DeletionTimestamp", Not(BeNil())))
+		n.settle()
+
+		By("freeing the device it waited for")
+		deletePod(holder)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(0)))
+		// The kubelet admits no pod being deleted: the freed device stays free.
+		Consistently(func() bool { return n.holds(refused) }).WithTimeout(2 * time.Second).Should(BeFalse())
+		Expect(deviceAllocation(refused)()).To(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionFalse)))))
+		Expect(n.nodeDevice(gopher, 0)()).To(HaveField("Status.Allocated", BeEquivalentTo(0)))
 	})
 
 	It("releases a pod's devices when it ends, and keeps two pods of the same name apart", func() {

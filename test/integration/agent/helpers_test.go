@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,6 +27,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -122,6 +125,27 @@ type nodeAgent struct {
 	stop func()
 	// options adjust the agent's options.
 	options []func(*agent.Options)
+	// logs holds what the agent's managers logged, as they also write it to GinkgoWriter.
+	logs *logBuffer
+}
+
+// logBuffer is a log sink safe for the managers' concurrent writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was logged so far.
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // newNodeAgent creates a Node and starts its agent with the given endpoint grace period (0: the
@@ -133,7 +157,7 @@ func newNodeAgent(grace time.Duration, options ...func(*agent.Options)) *nodeAge
 	DeferCleanup(os.RemoveAll, dir)
 	Expect(os.WriteFile(filepath.Join(dir, "boot_id"), []byte("3d1c6a3e-6a5f-4f7e-9d2c-1b2a3c4d5e6f\n"), 0o600)).To(Succeed())
 
-	n := &nodeAgent{name: uniqueName("node"), dir: dir, grace: grace, writes: &writeCounter{counts: map[string]int{}}, options: options}
+	n := &nodeAgent{name: uniqueName("node"), dir: dir, grace: grace, writes: &writeCounter{counts: map[string]int{}}, options: options, logs: &logBuffer{}}
 	n.node = testutil.MakeNode(n.name).Obj()
 	Expect(k8sClient.Create(ctx, n.node)).To(Succeed())
 	DeferCleanup(func() {
@@ -179,6 +203,7 @@ func (n *nodeAgent) start() {
 		Cache:                  agent.CacheOptions(n.name),
 		// Several agents, and restarts of one, run within the process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Logger:     zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, n.logs)), zap.UseDevMode(true)),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(indexer.Setup(ctx, mgr.GetFieldIndexer())).To(Succeed())

@@ -23,8 +23,8 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
-	"github.com/kubedevice/kubedevice/internal/agent/nri"
-	"github.com/kubedevice/kubedevice/internal/agent/nri/nritest"
+	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/injection/nri/nritest"
 	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )

@@ -1,0 +1,187 @@
+package allocation
+
+import (
+	"context"
+	"slices"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
+)
+
+// outcome is what the core answered for a pod: what the pod holds (nil: nothing) and why its
+// devices were refused (nil: they were not).
+type outcome struct {
+	alloc *nodeagent.PodAllocation
+	err   error
+}
+
+// allocate takes an active pod that asks for extended resources through its devices: allocated
+// by the core, prepared for their first start, told to runtime injection, and mirrored into the
+// pod's DeviceAllocation (a refusal reported with a Warning event once the DeviceAllocation says
+// it). The DeviceAllocation's status is computed once; each object it is compared with only
+// stamps it with its generation and transition time.
+func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *corev1.Pod, cached *kdv1alpha1.DeviceAllocation) (reconcile.Result, error) {
+	if r.refuseDeleting(pod) {
+		return reconcile.Result{}, nil
+	}
+	out := r.allocatePod(ctx, pod)
+	if out.err == nil && out.alloc == nil && cached == nil {
+		// The pod holds nothing from a device plugin: nothing to record.
+		r.Injection.Record(pod, nil, nil)
+		return reconcile.Result{}, nil
+	}
+
+	want := desiredStatus(pod, out.alloc, out.err, r.Clock.Now())
+	current, upToDate, err := kube.Fresh(ctx, r.apiReader, kube.DeviceAllocationGVK.Kind,
+		client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Name, string(pod.UID))}, cached,
+		func(da *kdv1alpha1.DeviceAllocation) bool {
+			return metaUpToDate(da, pod) && statusUpToDate(da, stamped(want, da, da.Generation))
+		})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !upToDate && out.err == nil && out.alloc != nil && !preStartDone(current, want) {
+		// Newly allocated: prepare the first start of the containers whose plugin requires
+		// PreStartContainer.
+		r.PreStart.PrepareFirstStarts(ctx, pod, *out.alloc)
+	}
+	// The devices are allocated and prepared (or refused): containers may be created with them,
+	// whether or not the API server takes the DeviceAllocation.
+	r.Injection.Record(pod, out.alloc, out.err)
+	if !upToDate {
+		if err := r.record(ctx, pod, current, want, out); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return r.requeue(ctx, req, out.err), nil
+}
+
+// refuseDeleting reports whether pod is being deleted and does not hold its devices: the kubelet
+// admits no pod being deleted, so its containers are held and nothing is allocated, whether or
+// not an earlier allocation was refused (a refused pod is retriggered when devices are freed).
+// Its DeviceAllocation, if any, keeps saying why it was refused.
+func (r *reconciler) refuseDeleting(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp.IsZero() {
+		return false
+	}
+	if _, held := r.Core.PodAllocation(string(pod.UID)); held {
+		return false
+	}
+	if slices.ContainsFunc(kube.RequestedResources(pod), r.Injection.Serves) {
+		r.Injection.Hold(pod, "the pod is being deleted; its devices were never allocated")
+	} else {
+		r.Injection.Record(pod, nil, nil)
+	}
+	return true
+}
+
+// allocatePod asks the core for pod's devices and reads back what the pod holds.
+func (r *reconciler) allocatePod(ctx context.Context, pod *corev1.Pod) outcome {
+	err := r.Core.AllocatePod(ctx, pod)
+	alloc, held := r.Core.PodAllocation(string(pod.UID))
+	if !held {
+		return outcome{err: err}
+	}
+	return outcome{alloc: &alloc, err: err}
+}
+
+// record writes pod's DeviceAllocation: its metadata and spec when current (nil: none yet) lacks
+// them, then its status, want stamped for the object; a refusal newly recorded is reported.
+func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1alpha1.DeviceAllocation,
+	want kdv1alpha1.DeviceAllocationStatus, out outcome) error {
+	var generation int64
+	if current != nil {
+		generation = current.Generation
+	}
+	if current == nil || !metaUpToDate(current, pod) {
+		gen, err := kube.Apply(ctx, r.client, kube.DeviceAllocationGVK, newDeviceAllocation(pod))
+		if err != nil {
+			return err
+		}
+		generation = gen
+	}
+	st := stamped(want, current, generation)
+	if statusUpToDate(current, st) {
+		return nil
+	}
+	da := &kdv1alpha1.DeviceAllocation{
+		ObjectMeta: metav1.ObjectMeta{Name: kube.DeviceAllocationName(pod.Name, string(pod.UID)), Namespace: pod.Namespace},
+		Status:     st,
+	}
+	if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, da); err != nil {
+		return err
+	}
+	if out.err == nil {
+		ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", true)
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", false,
+		"reason", nodeagent.AllocationReasonOf(out.err), "err", out.err.Error())
+	if conditionChanged(current, st, kdv1alpha1.DeviceAllocationAllocated) {
+		r.reportRefusal(pod, out.err)
+	}
+	return nil
+}
+
+// reportRefusal counts a refusal the DeviceAllocation now says and reports it with a Warning
+// event on the pod, an event of its own for each distinct refusal.
+func (r *reconciler) reportRefusal(pod *corev1.Pod, allocErr error) {
+	allocationFailures.WithLabelValues(string(nodeagent.AllocationReasonOf(allocErr))).Inc()
+	note := allocErr.Error()
+	r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, kdv1alpha1.EventReasonDeviceAllocationFailed, kube.EventAction("AllocateDevices", note), "%s", note)
+}
+
+// requeue ends a reconcile of an active pod: a retryable refusal comes back with backoff;
+// anything else is done (a refused pod is retriggered by any change of a resource it asks for).
+func (r *reconciler) requeue(ctx context.Context, req reconcile.Request, allocErr error) reconcile.Result {
+	logger := ctrl.LoggerFrom(ctx)
+	if allocErr == nil {
+		r.backoff.Forget(req)
+		return reconcile.Result{}
+	}
+	if nodeagent.IsRetryable(allocErr) {
+		wait := r.backoff.When(req)
+		logger.V(1).Info("Allocation refused, retrying", "reason", nodeagent.AllocationReasonOf(allocErr), "after", wait, "err", allocErr.Error())
+		return reconcile.Result{RequeueAfter: wait}
+	}
+	// Not retried on a timer: a change of any resource the pod asks for retriggers it.
+	r.backoff.Forget(req)
+	logger.V(1).Info("Allocation refused", "reason", nodeagent.AllocationReasonOf(allocErr), "err", allocErr.Error())
+	return reconcile.Result{}
+}
+
+// newDeviceAllocation returns the metadata and spec the agent applies for pod's DeviceAllocation.
+func newDeviceAllocation(pod *corev1.Pod) *kdv1alpha1.DeviceAllocation {
+	return &kdv1alpha1.DeviceAllocation{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      kube.DeviceAllocationName(pod.Name, string(pod.UID)),
+			Namespace: pod.Namespace,
+			Labels: map[string]string{
+				kdv1alpha1.LabelNodeName: kube.LabelValue(pod.Spec.NodeName),
+				kdv1alpha1.LabelPodUID:   string(pod.UID),
+			},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}},
+		},
+		Spec: kdv1alpha1.DeviceAllocationSpec{NodeName: pod.Spec.NodeName, PodName: pod.Name, PodUID: string(pod.UID)},
+	}
+}
+
+// metaUpToDate reports whether da already has the labels, owner reference and spec the agent
+// applies for pod.
+func metaUpToDate(da *kdv1alpha1.DeviceAllocation, pod *corev1.Pod) bool {
+	want := newDeviceAllocation(pod)
+	for k, v := range want.Labels {
+		if da.Labels[k] != v {
+			return false
+		}
+	}
+	return kube.HasOwner(da.OwnerReferences, pod.UID) && da.Spec == want.Spec
+}

@@ -1,0 +1,28 @@
+// Package allocation is the agent's allocation flow: pods in, devices allocated by the core, a
+// DeviceAllocation out.
+//
+// The pod controller, keyed by pod namespace/name, allocates the devices of each active pod that
+// limits an extended resource (Core.AllocatePod; init containers first; a resource no plugin
+// serves is skipped, as the kubelet does, and the pod gets no DeviceAllocation until a plugin
+// registers it), frees those of pods that ended, disappeared or were replaced
+// (Core.UpdateAllocatedDevices with the node's active pods from the synced cache), and keeps one
+// DeviceAllocation per pod, named kube.DeviceAllocationName(pod, UID). A reconcile of an active
+// pod reads in steps (allocate.go): allocate, compute the DeviceAllocation's status once
+// (desiredStatus), decide from the cache or else the API server whether it must be written
+// (kube.Fresh), prepare the first starts of newly allocated containers (PreStart), tell runtime
+// injection what the pod's containers get (Injection), write the metadata and the status with
+// server-side apply, report a refusal, and requeue.
+//
+// A refusal is an Allocated=False condition with the core's reason and a DeviceAllocationFailed
+// Warning event on the pod, once per distinct refusal; retryable refusals are retried with
+// backoff, and every change of a resource (a plugin registering, devices freed or healthy again)
+// retriggers the pods still waiting for it. Pods are reconciled by several workers, so a plugin
+// hanging in Allocate holds up only its own pods. When a pod ends its DeviceAllocation is marked
+// Released, then deleted. PodAllocationsOf turns DeviceAllocations back into the core's records,
+// for the agent's start-up to rebuild a corrupt checkpoint.
+//
+// It owns the pod controller, the DeviceAllocation's status (status.go, pure functions) and the
+// metric kubedevice_agent_allocation_failures_total. It may not touch NodeDevices, the NRI index
+// or the PreStartContainer grants but through its Injection and PreStart interfaces, nor any
+// method of the core but those of its Core interface.
+package allocation

@@ -1,0 +1,112 @@
+package kube
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestNodeDeviceName(t *testing.T) {
+	longNode := strings.Repeat("n", 60) + "." + strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 70)
+	longResource := strings.Repeat("d", 60) + "." + strings.Repeat("e", 183) + "/" + strings.Repeat("F", 63)
+	cases := map[string]struct {
+		node, resource string
+		shard          int
+		wantPrefix     string
+	}{
+		"simple":         {node: "node-1", resource: "example.com/gopher", wantPrefix: "node-1-example-com-gopher-"},
+		"shard":          {node: "node-1", resource: "example.com/gopher", shard: 2, wantPrefix: "node-1-example-com-gopher-"},
+		"upper and dots": {node: "n1.zone", resource: "vendor.io/GPU_x.y", wantPrefix: "n1.zone-vendor-io-gpu-x-y-"},
+		"longest":        {node: longNode, resource: longResource, shard: 1023},
+		"node ends cut":  {node: strings.Repeat("a", 236) + ".b", resource: "example.com/gopher"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := NodeDeviceName(tc.node, tc.resource, tc.shard)
+			if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+				t.Fatalf("NodeDeviceName(%q, %q, %d) = %q, not a DNS subdomain: %v", tc.node, tc.resource, tc.shard, got, errs)
+			}
+			if !strings.HasPrefix(got, tc.wantPrefix) {
+				t.Errorf("NodeDeviceName = %q, want prefix %q", got, tc.wantPrefix)
+			}
+			if again := NodeDeviceName(tc.node, tc.resource, tc.shard); again != got {
+				t.Errorf("NodeDeviceName is not deterministic: %q then %q", got, again)
+			}
+			if tc.shard > 0 && !strings.HasSuffix(got, "-"+strconv.Itoa(tc.shard)) {
+				t.Errorf("NodeDeviceName = %q, want the shard number as suffix", got)
+			}
+		})
+	}
+}
+
+func TestNodeDeviceNameDistinguishes(t *testing.T) {
+	names := map[string]string{}
+	for _, in := range [][3]string{
+		{"n1", "example.com/gopher", "0"},
+		{"n1", "example.com/Gopher", "0"},
+		{"n1", "example-com/gopher", "0"},
+		{"n2", "example.com/gopher", "0"},
+		{"n1-example.com", "gopher.io/x", "0"},
+		{"n1", "example.com-gopher.io/x", "0"},
+	} {
+		got := NodeDeviceName(in[0], in[1], 0)
+		if prev, ok := names[got]; ok {
+			t.Errorf("NodeDeviceName(%q, %q) = %q, the same as for %s", in[0], in[1], got, prev)
+		}
+		names[got] = in[0] + " " + in[1]
+	}
+	if NodeDeviceName("n1", "example.com/gopher", 0) == NodeDeviceName("n1", "example.com/gopher", 1) {
+		t.Error("shards 0 and 1 have the same name")
+	}
+}
+
+func TestDeviceAllocationName(t *testing.T) {
+	const uid1, uid2 = "5e1c1b7a-8e63-4b4b-9d7f-1d2a3c4e5f60", "0b7d3c1e-2f4a-4c6b-8d9e-a1b2c3d4e5f6"
+	long := strings.Repeat("p", 250) + ".x"
+	for _, pod := range []string{"gpu-job", long, strings.Repeat("q", 253)} {
+		a, b := DeviceAllocationName(pod, uid1), DeviceAllocationName(pod, uid2)
+		for _, n := range []string{a, b} {
+			if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+				t.Errorf("DeviceAllocationName(%q) = %q, not a DNS subdomain: %v", pod, n, errs)
+			}
+		}
+		if a == b {
+			t.Errorf("two pods named %q with different UIDs share the name %q", pod, a)
+		}
+		if DeviceAllocationName(pod, uid1) != a {
+			t.Errorf("DeviceAllocationName(%q) is not deterministic", pod)
+		}
+	}
+	if got := DeviceAllocationName("gpu-job", uid1); !strings.HasPrefix(got, "gpu-job-") {
+		t.Errorf("DeviceAllocationName = %q, want it to start with the pod name", got)
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	cases := map[string]struct {
+		in       string
+		wantSame bool
+	}{
+		"valid node name":    {in: "node-1", wantSame: true},
+		"resource name":      {in: "example.com/gopher"},
+		"long node name":     {in: strings.Repeat("n", 100)},
+		"leading separators": {in: "/_x"},
+		"only separators":    {in: "//"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := LabelValue(tc.in)
+			if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+				t.Fatalf("LabelValue(%q) = %q, not a label value: %v", tc.in, got, errs)
+			}
+			if (got == tc.in) != tc.wantSame {
+				t.Errorf("LabelValue(%q) = %q; want unchanged: %v", tc.in, got, tc.wantSame)
+			}
+		})
+	}
+	if LabelValue("example.com/gopher") == LabelValue("example.com_gopher") {
+		t.Error("LabelValue maps two resources to the same value")
+	}
+}

@@ -1,0 +1,377 @@
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
+)
+
+// mirrorReconcileTimeout bounds a resource's reconcile, and with it every API call it makes.
+const mirrorReconcileTimeout = 30 * time.Second
+
+// Core is what the mirror reads of the device manager core, *nodeagent.Manager.
+type Core interface {
+	// Snapshots and Snapshot are the state of every resource, and of one (false: the core does
+	// not know it).
+	Snapshots() []nodeagent.ResourceSnapshot
+	Snapshot(name string) (nodeagent.ResourceSnapshot, bool)
+	// Subscribe tells which resources changed.
+	Subscribe() *nodeagent.Subscription
+	// CheckpointInfo is the checkpoint's provenance, which every NodeDevice carries.
+	CheckpointInfo() nodeagent.CheckpointInfo
+}
+
+// Injection is runtime injection as the mirror sees it: a condition every NodeDevice carries, and
+// the state of each resource the NRI hook admits containers by, which the mirror keeps current.
+type Injection interface {
+	// Condition is the RuntimeInjectionReady condition, without generation and transition time;
+	// false while the state is not known yet.
+	Condition() (metav1.Condition, bool)
+	// Changed is signalled when Condition changes; nil when it never does.
+	Changed() <-chan struct{}
+	// RefreshPreStart takes from the core whether resource's plugin requires PreStartContainer.
+	RefreshPreStart(resource string)
+	// Served records whether the core serves resource.
+	Served(resource string, served bool)
+}
+
+// Options are the mirror's settings and dependencies, all required.
+type Options struct {
+	// NodeName is the agent's node, whose NodeDevices the mirror owns.
+	NodeName string
+	// WriteInterval is the least time between two writes of a resource's NodeDevices, and
+	// WriteSettle how long a change waits before it is written.
+	WriteInterval time.Duration
+	WriteSettle   time.Duration
+	// RestartHold is how long after start a resource restored from the checkpoint, whose plugin
+	// has not registered again, is left as the cluster last saw it; not positive: not at all.
+	RestartHold time.Duration
+	// Core is read; Cordons take NodeDevice.spec.cordons (the core too).
+	Core    Core
+	Cordons Cordoner
+	// Injection is told each resource's state and read for the RuntimeInjectionReady condition.
+	Injection Injection
+	// Gate holds every reconcile until the agent has started.
+	Gate *kube.Gate
+	// Clock drives the pacing, the settling queue and the conditions.
+	Clock clock.WithTicker
+}
+
+// reconciler mirrors the core's resources into NodeDevices. Its work queue is keyed by resource
+// name (reconcile.Request.Name), fed by the core's subscription, by changes to the node's
+// NodeDevices (cordons, drift, deletion), by the Node's creation and by changes of runtime
+// injection, and lets changes settle before a run; the pacer spaces the writes.
+type reconciler struct {
+	Options
+	client    client.Client
+	apiReader client.Reader
+	cordons   *cordonPush
+	pace      *pacer
+}
+
+// Setup adds the NodeDevice mirror to mgr, whose cache must hold the node's NodeDevices and its
+// Node.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	r := &reconciler{
+		Options:   opts,
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		cordons:   newCordonPush(opts.Cordons),
+		pace:      newPacer(opts.WriteInterval, opts.Clock),
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("nodedevice-mirror").
+		WatchesRawSource(source.Func(r.subscribe))
+	if r.Injection.Changed() != nil {
+		b = b.WatchesRawSource(source.Func(r.watchInjection))
+	}
+	return b.
+		Watches(&kdv1alpha1.NodeDevice{}, handler.EnqueueRequestsFromMapFunc(resourceOf)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allResources),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: nodeUIDChanged})).
+		WithOptions(crcontroller.Options{
+			MaxConcurrentReconciles: 1,
+			NeedLeaderElection:      ptr.To(false),
+			ReconciliationTimeout:   mirrorReconcileTimeout,
+			NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+				return newSettlingQueue(name, rl, opts.Clock, opts.WriteSettle)
+			},
+		}).
+		Complete(r)
+}
+
+// Reconcile makes the NodeDevices of one resource say what the core says: shards created or
+// fixed, their status applied when it changed, surplus shards and the objects of a resource the
+// core removed deleted. On its way it hands what it learns to the node: the resource's
+// PreStartContainer requirement and whether it is served to runtime injection, the cordons of its
+// NodeDevices to the core.
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := r.Gate.Wait(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	resource := req.Name
+	// Before any wait: the NRI hook admits containers by it. A resource restored from the
+	// checkpoint keeps what its NodeDevice said (start-up) until its plugin registers again.
+	r.Injection.RefreshPreStart(resource)
+	if wait := r.pace.wait(resource); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	logger := ctrl.LoggerFrom(ctx).WithValues("resourceName", resource)
+	ctx = ctrl.LoggerInto(ctx, logger)
+	writes := 0
+	defer func() {
+		if writes > 0 {
+			r.pace.wrote(resource)
+		}
+	}()
+
+	existing, err := r.nodeDevicesOf(ctx, resource)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	r.cordons.push(resource, existing)
+	snap, ok := r.Core.Snapshot(resource)
+	r.Injection.Served(resource, ok)
+	if !ok {
+		r.cordons.forget(resource)
+		n, err := r.deleteAll(ctx, existing)
+		writes += n
+		return reconcile.Result{}, err
+	}
+	if wait := r.holdRestored(snap, existing); wait > 0 {
+		logger.V(2).Info("Holding back a restored resource until its plugin registers", "for", wait)
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+
+	node := &corev1.Node{}
+	if err := r.client.Get(ctx, client.ObjectKey{Name: r.NodeName}, node); err != nil {
+		return reconcile.Result{}, fmt.Errorf("getting node %q: %w", r.NodeName, err)
+	}
+	info := r.Core.CheckpointInfo()
+	keep, remove := planShards(r.NodeName, snap, existing)
+	for _, p := range keep {
+		n, err := r.syncShard(ctx, node, snap, p, info)
+		writes += n
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	for _, nd := range remove {
+		if err := kube.Delete(ctx, r.client, kube.NodeDeviceGVK.Kind, nd); err != nil {
+			return reconcile.Result{}, err
+		}
+		writes++
+		logger.Info("Deleted a surplus NodeDevice shard", "nodeDevice", nd.Name)
+	}
+	return reconcile.Result{}, nil
+}
+
+// deleteAll deletes the NodeDevices of a resource the core removed, and returns the number of
+// writes.
+func (r *reconciler) deleteAll(ctx context.Context, existing []kdv1alpha1.NodeDevice) (int, error) {
+	writes := 0
+	for i := range existing {
+		if !existing[i].DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := kube.Delete(ctx, r.client, kube.NodeDeviceGVK.Kind, &existing[i]); err != nil {
+			return writes, err
+		}
+		writes++
+		ctrl.LoggerFrom(ctx).Info("Deleted the NodeDevice of a removed resource", "nodeDevice", existing[i].Name)
+	}
+	return writes, nil
+}
+
+// syncShard creates or fixes one shard's metadata and spec, then its status, each only if it
+// differs from the object, and returns the number of writes. The cached object decides when
+// nothing differs; otherwise the object is read from the API server first, as the cache may not
+// have seen the agent's own last write.
+func (r *reconciler) syncShard(ctx context.Context, node *corev1.Node, snap nodeagent.ResourceSnapshot,
+	p shardPlan, info nodeagent.CheckpointInfo) (int, error) {
+	now := r.Clock.Now()
+	current, upToDate, err := kube.Fresh(ctx, r.apiReader, kube.NodeDeviceGVK.Kind, client.ObjectKey{Name: p.name}, p.current,
+		func(nd *kdv1alpha1.NodeDevice) bool {
+			return nodeDeviceMetaUpToDate(nd, node, snap.ResourceName, p.shard) &&
+				nodeDeviceStatusUpToDate(nd, r.desiredStatus(snap, p.devices, nd, info, nd.Generation, now))
+		})
+	if err != nil || upToDate {
+		return 0, err
+	}
+
+	writes := 0
+	var generation int64
+	if current != nil {
+		generation = current.Generation
+	}
+	if current == nil || !nodeDeviceMetaUpToDate(current, node, snap.ResourceName, p.shard) {
+		gen, err := kube.Apply(ctx, r.client, kube.NodeDeviceGVK, newNodeDevice(node, snap.ResourceName, p))
+		if err != nil {
+			return writes, err
+		}
+		writes++
+		generation = gen
+		ctrl.LoggerFrom(ctx).V(1).Info("Applied NodeDevice", "nodeDevice", p.name, "created", current == nil)
+	}
+
+	want := r.desiredStatus(snap, p.devices, current, info, generation, now)
+	if nodeDeviceStatusUpToDate(current, want) {
+		return writes, nil
+	}
+	nd := &kdv1alpha1.NodeDevice{ObjectMeta: metav1.ObjectMeta{Name: p.name}, Status: want}
+	if err := kube.ApplyStatus(ctx, r.client, kube.NodeDeviceGVK, nd); err != nil {
+		return writes, err
+	}
+	writes++
+	ctrl.LoggerFrom(ctx).V(1).Info("Applied NodeDevice status", "nodeDevice", p.name,
+		"capacity", want.Capacity, "allocatable", want.Allocatable, "allocated", want.Allocated, "unhealthy", want.Unhealthy)
+	return writes, nil
+}
+
+// newNodeDevice returns the metadata and spec the agent applies for one shard.
+func newNodeDevice(node *corev1.Node, resource string, p shardPlan) *kdv1alpha1.NodeDevice {
+	return &kdv1alpha1.NodeDevice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   p.name,
+			Labels: nodeDeviceLabels(node.Name, resource),
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+			}},
+		},
+		Spec: kdv1alpha1.NodeDeviceSpec{NodeName: node.Name, ResourceName: resource, Shard: p.shard},
+	}
+}
+
+// desiredStatus is the status of one shard: the devices' (nodeDeviceStatus) with the node's
+// runtime injection condition.
+func (r *reconciler) desiredStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.DeviceSnapshot, current *kdv1alpha1.NodeDevice,
+	info nodeagent.CheckpointInfo, generation int64, now time.Time) kdv1alpha1.NodeDeviceStatus {
+	c, known := r.Injection.Condition()
+	return withRuntimeInjection(nodeDeviceStatus(snap, devices, current, info, generation, now), current, c, known, generation, now)
+}
+
+// nodeDevicesOf returns the cached NodeDevices of the node for resource.
+func (r *reconciler) nodeDevicesOf(ctx context.Context, resource string) ([]kdv1alpha1.NodeDevice, error) {
+	list := &kdv1alpha1.NodeDeviceList{}
+	if err := r.client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing the NodeDevices of node %q: %w", r.NodeName, err)
+	}
+	var out []kdv1alpha1.NodeDevice
+	for _, nd := range list.Items {
+		if nd.Spec.NodeName == r.NodeName && nd.Spec.ResourceName == resource {
+			out = append(out, nd)
+		}
+	}
+	return out, nil
+}
+
+// holdRestored returns how long to leave the NodeDevices of a resource restored from the
+// checkpoint alone: while its plugin has not registered again, for RestartHold after start, when
+// the cluster already lists it. Zero means: write now.
+func (r *reconciler) holdRestored(snap nodeagent.ResourceSnapshot, existing []kdv1alpha1.NodeDevice) time.Duration {
+	if r.RestartHold <= 0 || len(existing) == 0 || snap.State == nodeagent.PluginRegistered {
+		return 0
+	}
+	if !slices.ContainsFunc(snap.Devices, func(d nodeagent.DeviceSnapshot) bool { return d.Reason == nodeagent.ReasonAwaitingPlugin }) {
+		return 0
+	}
+	return r.Gate.Opened().Add(r.RestartHold).Sub(r.Clock.Now())
+}
+
+// subscribe feeds the queue from the core's subscription until ctx ends.
+func (r *reconciler) subscribe(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	sub := r.Core.Subscribe()
+	go func() {
+		defer sub.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sub.Ready():
+				for _, name := range sub.Changed() {
+					q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// watchInjection queues every resource of the node whenever the state of runtime injection
+// changes, as every NodeDevice carries it, until ctx ends.
+func (r *reconciler) watchInjection(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	changed := r.Injection.Changed()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				for _, req := range r.allResources(ctx, nil) {
+					q.Add(req)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// allResources maps the Node to every resource the core or the cluster knows on it.
+func (r *reconciler) allResources(ctx context.Context, _ client.Object) []reconcile.Request {
+	var reqs []reconcile.Request
+	seen := map[string]bool{}
+	add := func(name string) {
+		if !seen[name] {
+			seen[name] = true
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
+	}
+	for _, s := range r.Core.Snapshots() {
+		add(s.ResourceName)
+	}
+	list := &kdv1alpha1.NodeDeviceList{}
+	if err := r.client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the NodeDevices of the node")
+		return reqs
+	}
+	for _, nd := range list.Items {
+		add(nd.Spec.ResourceName)
+	}
+	return reqs
+}
+
+// resourceOf maps a NodeDevice to its resource.
+func resourceOf(_ context.Context, o client.Object) []reconcile.Request {
+	nd, ok := o.(*kdv1alpha1.NodeDevice)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: nd.Spec.ResourceName}}}
+}
+
+// nodeUIDChanged passes Node updates that replace the object (a Node deleted and created again),
+// not the kubelet's status updates.
+func nodeUIDChanged(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetUID() != e.ObjectNew.GetUID()
+}

@@ -1,0 +1,65 @@
+package contract
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Namespace is where both installs (the Helm chart and config/default) put the agent and the
+// controller: the agents' Leases and the controller's leader election Lease live there. The
+// binaries take it from $POD_NAMESPACE or a flag; this is the default when neither says.
+const Namespace = "kubedevice-system"
+
+// Field owners: each binary writes under its own field manager, so none ever takes another's
+// fields.
+const (
+	// AgentFieldOwner is the field manager of every write of the node agent, and the reporting
+	// controller of its events.
+	AgentFieldOwner = "kubedevice-agent"
+
+	// ControllerFieldOwner is the field manager of every write of the controller, and the
+	// reporting controller of its events.
+	ControllerFieldOwner = "kubedevice-controller"
+
+	// CleanupFieldOwner is the field manager of `kubedevice cleanup`'s writes.
+	CleanupFieldOwner = "kubedevice-cleanup"
+)
+
+// AgentLeasePrefix prefixes the node name in the name of the Lease each node agent renews in
+// Namespace: kubedevice-agent-<node>. The controller judges the agent alive from it.
+const AgentLeasePrefix = "kubedevice-agent-"
+
+// AgentLeaseName returns the name of the Lease the agent of node renews.
+func AgentLeaseName(node string) string {
+	return AgentLeasePrefix + node
+}
+
+// LeaderElectionID names the Lease the controller replicas elect a leader with, in the
+// controller's namespace. While a controller holds it, it may publish node capacity at any
+// moment; `kubedevice cleanup` waits until it is released or expired.
+const LeaderElectionID = "kubedevice-controller.kubedevice.io"
+
+// NodeCapacityFinalizer holds a NodeDevice until the controller has set its resource to zero on
+// the node, so a resource whose NodeDevices are all gone is never left published (nor forgotten
+// as ours), even when the controller was down when they went. `kubedevice cleanup` removes it.
+const NodeCapacityFinalizer = "kubedevice.io/node-capacity"
+
+// WithTransitionTime returns c with the transition time of got (the condition the object has,
+// nil when none) when the status did not change, now otherwise.
+func WithTransitionTime(c metav1.Condition, got *metav1.Condition, now metav1.Time) metav1.Condition {
+	c.LastTransitionTime = now
+	if got != nil && got.Status == c.Status {
+		c.LastTransitionTime = got.LastTransitionTime
+	}
+	return c
+}
+
+// StripNode is a cache transform for Nodes: it drops what neither the agent nor the controller
+// reads, managed fields and the image list (the bulk of a Node object).
+func StripNode(in any) (any, error) {
+	if node, ok := in.(*corev1.Node); ok {
+		node.ManagedFields = nil
+		node.Status.Images = nil
+	}
+	return in, nil
+}
