@@ -295,7 +295,7 @@ func (tx *allocTxn) releaseAdded() {
 	defer m.mu.Unlock()
 	for _, k := range tx.added {
 		if m.pods.Release(uid, k.container, k.resource) {
-			m.stateSeq++
+			m.podChangedLocked(uid)
 		}
 	}
 	m.prunePodLocked(uid)
@@ -439,7 +439,7 @@ func (m *Manager) allocateResource(ctx context.Context, tx *allocTxn, pod *v1.Po
 		return &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", rq.resource, container, cerr)}
 	}
 	m.podRefs[uid] = tx.pod
-	m.stateSeq++
+	m.podChangedLocked(uid)
 	tx.changed.Insert(rq.resource)
 	k := containerResource{container: container, resource: rq.resource}
 	if refresh {

@@ -158,6 +158,7 @@
 //
 // All state is behind Manager.mu. Helpers named ...Locked expect it held;
 // endpoint RPCs are called without it. Call m.notifyLocked(name) after any
-// change a snapshot would show, and bump m.stateSeq after any change the
-// checkpoint records, then call m.persist() without the lock.
+// change a snapshot would show, and after any change the checkpoint records
+// call m.podChangedLocked(uid) or m.resourceChangedLocked(name) (or
+// m.stateReplacedLocked()), then m.persist() without the lock.
 package nodeagent

@@ -54,7 +54,9 @@ func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.P
 		m.prunePodLocked(uid)
 	}
 	if freed > 0 {
-		m.stateSeq++
+		for uid := range gone {
+			m.podChangedLocked(uid)
+		}
 		m.notifyLocked(sets.List(changed)...)
 	}
 	m.mu.Unlock()
