@@ -72,7 +72,9 @@ func run() error {
 	flag.StringVar(&opts.Namespace, "namespace", namespace,
 		"Namespace of the agent's Lease (kubedevice-agent-<node>); defaults to $POD_NAMESPACE, else "+agent.DefaultNamespace+".")
 	flag.StringVar(&cfg.PluginDir, "plugin-dir", cfg.PluginDir,
-		"Directory of the registration socket (kubelet.sock), the device plugins' sockets and the checkpoint. Never the kubelet's own directory, which deletes foreign sockets.")
+		"Directory of the registration socket (kubelet.sock) and the device plugins' sockets. Never the kubelet's own directory, which deletes foreign sockets.")
+	flag.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir,
+		"Directory of the agent's checkpoint; not --plugin-dir, which every device plugin mounts read-write. A checkpoint an earlier agent left in --plugin-dir is moved here on the first start.")
 	flag.StringVar(&cfg.PluginsRegistryDir, "plugins-registry-dir", cfg.PluginsRegistryDir,
 		"Directory watched for plugins that announce themselves through the kubelet's plugin watcher; empty disables that registration path.")
 	flag.DurationVar(&cfg.EndpointGracePeriod, "endpoint-grace-period", cfg.EndpointGracePeriod,

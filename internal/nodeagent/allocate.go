@@ -370,17 +370,13 @@ func (m *Manager) devicePluginRequestsLocked(reqs []deviceRequest) []deviceReque
 	if m.rebuildPending {
 		return reqs
 	}
-	var inUse map[string]sets.Set[string]
 	out := reqs[:0:0]
 	for _, rq := range reqs {
 		if m.isDevicePluginResourceLocked(rq.resource) {
 			out = append(out, rq)
 			continue
 		}
-		if inUse == nil {
-			inUse = m.pods.Devices()
-		}
-		if inUse[rq.resource].Len() > 0 {
+		if m.pods.InUseCount(rq.resource) > 0 {
 			out = append(out, rq)
 		}
 	}
@@ -561,6 +557,21 @@ func (m *Manager) devicesToAllocateLocked(ctx context.Context, pod *v1.Pod, cont
 		return result()
 	}
 
+	// Neither a topology affinity nor the plugin's preference: the first
+	// available devices in ID order, which is what the general path below
+	// picks then, found in one pass.
+	if affinity.IsEmpty() && !r.primary.opts().GetGetPreferredAllocationAvailable() && p.needed <= 64 {
+		first, available := m.firstAvailableLocked(resource, p.needed)
+		if available < p.needed {
+			return nil, false, &AllocationError{
+				Reason: AllocationInsufficientDevices,
+				Err:    fmt.Errorf(errDevicesUnavailable, resource, p.needed, available),
+			}
+		}
+		p.take(first)
+		return result()
+	}
+
 	available := m.availableLocked(resource)
 	if available.Len() < p.needed {
 		return nil, false, &AllocationError{
@@ -669,14 +680,44 @@ func (m *Manager) availableLocked(resource string) sets.Set[string] {
 	if r == nil {
 		return sets.New[string]()
 	}
-	inUse, cordoned := m.pods.Devices()[resource], m.cordons[resource]
+	cordoned := m.cordons[resource]
 	out := make(sets.Set[string], r.healthy.Len())
 	for id := range r.healthy {
-		if !inUse.Has(id) && !cordoned.Has(id) {
+		if !m.pods.InUse(resource, id) && !cordoned.Has(id) {
 			out.Insert(id)
 		}
 	}
 	return out
+}
+
+// firstAvailableLocked returns the n available devices of resource (see
+// availableLocked) that come first in ID order, and how many are
+// available, in one pass over the healthy devices without building the set
+// or sorting it all: what the manager picks when neither a topology
+// affinity nor the plugin's preference has a say, at a cost that does not
+// grow with the pool beyond that pass.
+func (m *Manager) firstAvailableLocked(resource string, n int) (first []string, available int) {
+	r := m.resources[resource]
+	if r == nil {
+		return nil, 0
+	}
+	cordoned := m.cordons[resource]
+	first = make([]string, 0, n+1)
+	for id := range r.healthy {
+		if m.pods.InUse(resource, id) || cordoned.Has(id) {
+			continue
+		}
+		available++
+		if len(first) == n && id >= first[n-1] {
+			continue
+		}
+		i, _ := slices.BinarySearch(first, id)
+		first = slices.Insert(first, i, id)
+		if len(first) > n {
+			first = first[:n]
+		}
+	}
+	return first, available
 }
 
 // deviceNodesLocked returns every reported device of resource with its NUMA

@@ -179,7 +179,9 @@ type Manager struct {
 	ckptMu      sync.Mutex
 	ckptStore   *checkpoint.Journal
 	staleStore  *checkpoint.Store
-	ckptWritten uint64
+	// ckptWritten is the stateSeq the file was last written at, ckptSynced
+	// the one it is durable at (frees are written before they are synced).
+	ckptWritten, ckptSynced uint64
 
 	// podLocks serializes the allocations of one pod.
 	podLocksMu sync.Mutex

@@ -124,7 +124,17 @@ func (m *Manager) checkpointStoresLocked() (*checkpoint.Journal, *checkpoint.Sto
 // when the state was replaced (restored, rebuilt, imported) and after a
 // failed write. Before the checkpoint was restored it writes nothing, so a
 // file not read yet is never overwritten.
-func (m *Manager) persist() error {
+func (m *Manager) persist() error { return m.write(true) }
+
+// persistUnsynced is persist without waiting for the disk, for frees: the
+// frame is written (it survives the agent being killed), and the next
+// durable write, an allocation's, flushes it with its own. A free lost to a
+// power cut only keeps an ended pod's devices until the ended pods are
+// freed again (the agent does so before it starts; the node rebooted, so no
+// container runs). A snapshot is always durable.
+func (m *Manager) persistUnsynced() error { return m.write(false) }
+
+func (m *Manager) write(durable bool) error {
 	m.mu.Lock()
 	target, restored := m.stateSeq, m.restored
 	m.mu.Unlock()
@@ -133,12 +143,24 @@ func (m *Manager) persist() error {
 	}
 	m.ckptMu.Lock()
 	defer m.ckptMu.Unlock()
-	if m.ckptWritten >= target {
+	if m.ckptSynced >= target || !durable && m.ckptWritten >= target {
 		return nil
 	}
 	store, _, err := m.checkpointStoresLocked()
 	if err != nil {
 		return err
+	}
+	if m.ckptWritten >= target {
+		// Written by an unsynced write: flush it.
+		if err := store.Sync(); err != nil {
+			m.mu.Lock()
+			m.needSnapshot = true
+			m.mu.Unlock()
+			m.metrics.checkpointWrites.WithLabelValues(resultError).Inc()
+			return err
+		}
+		m.ckptSynced = m.ckptWritten
+		return nil
 	}
 	compact := store.NeedsCompaction()
 	m.mu.Lock()
@@ -155,9 +177,9 @@ func (m *Manager) persist() error {
 	clear(m.dirtyResources)
 	m.mu.Unlock()
 	if compact {
-		err = store.Compact(state)
+		err, durable = store.Compact(state), true
 	} else {
-		err = store.Append(batch)
+		err = store.Append(batch, durable)
 	}
 	if err != nil {
 		// What was taken for this write is written by the next one, whole.
@@ -169,6 +191,9 @@ func (m *Manager) persist() error {
 	}
 	m.metrics.checkpointWrites.WithLabelValues(resultSuccess).Inc()
 	m.ckptWritten = seq
+	if durable {
+		m.ckptSynced = seq
+	}
 	m.mu.Lock()
 	m.ckptInfo = CheckpointInfo{BootID: store.BootID(), LastWrite: m.clock.Now()}
 	m.mu.Unlock()

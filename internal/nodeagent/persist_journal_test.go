@@ -56,11 +56,19 @@ func (tm *testManager) isStale(uid, container, resource string) bool {
 // registered devices changing, a resource removed).
 func TestCheckpointJournalMatchesState(t *testing.T) {
 	tm := newAllocManager(t, withConfig(func(c *Config) { c.EndpointGracePeriod = time.Minute }))
-	check := func(step string) {
+	var check func(string)
+	// Registration changes are written by the plugin's stream goroutine,
+	// after the change is visible: wait for that write.
+	checkAsync := func(step string) {
 		t.Helper()
 		if err := tm.persist(); err != nil {
 			t.Fatalf("%s: persist: %v", step, err)
 		}
+		check(step)
+	}
+	check = func(step string) {
+		t.Helper()
+		// What each call wrote, before anything else writes.
 		cp := tm.readCheckpoint(t)
 		if diff := cmp.Diff(tm.state(), cp.State, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("%s: checkpoint differs from the state (-memory +disk):\n%s", step, diff)
@@ -71,7 +79,7 @@ func TestCheckpointJournalMatchesState(t *testing.T) {
 	}
 	p1 := startPlugin(t, tm, "r1.sock", res1, false, false, healthy("dev1", "dev2", "dev3", "dev4")...)
 	startPlugin(t, tm, "r2.sock", res2, false, false, healthy("a", "b")...)
-	check("registered")
+	checkAsync("registered")
 	pods := []*podBuilder{
 		makePod("p1").container("c", req{res1, 1}),
 		makePod("p2").container("c1", req{res1, 2}).container("c2", req{res2, 1}),
@@ -91,10 +99,20 @@ func TestCheckpointJournalMatchesState(t *testing.T) {
 	if err := tm.UpdateAllocatedDevices(tm.ctx, []*v1.Pod{pods[1].obj()}); err != nil {
 		t.Fatal(err)
 	}
-	check("freed p1 and p3")
+	check("freed p1 and p3") // written, not synced yet
+	synced := tm.checkpointWriteCount()
+	if err := tm.persist(); err != nil {
+		t.Fatal(err)
+	}
+	tm.ckptMu.Lock()
+	syncedAt, writtenAt := tm.ckptSynced, tm.ckptWritten
+	tm.ckptMu.Unlock()
+	if syncedAt != writtenAt || tm.checkpointWriteCount() != synced {
+		t.Errorf("persist after a free: synced at %d, written at %d, %v writes; want the free flushed without a new write", syncedAt, writtenAt, tm.checkpointWriteCount()-synced)
+	}
 	p1.Update(healthy("dev1", "dev2", "dev5"))
 	tm.waitDevices(t, res1, healthy("dev1", "dev2", "dev5")...)
-	check("devices changed")
+	checkAsync("devices changed")
 	p1.Stop()
 	dptest.Eventually(t, waitTimeout, func() error {
 		tm.clock.Step(2 * time.Minute) // until the disconnect armed the grace timer
@@ -103,7 +121,7 @@ func TestCheckpointJournalMatchesState(t *testing.T) {
 		}
 		return nil
 	})
-	check("resource removed")
+	checkAsync("resource removed")
 }
 
 // An agent upgraded over a checkpoint of format version 1 restores all of

@@ -171,11 +171,13 @@ func (j *Journal) Compact(state State) error {
 	return nil
 }
 
-// Append durably appends b to the checkpoint: one frame, written with one
-// write and fdatasync'd. It needs a snapshot written by this Journal
-// (NeedsCompaction); after a failure the file may end in a partial frame, so
-// the next write must be Compact.
-func (j *Journal) Append(b Batch) error {
+// Append appends b to the checkpoint: one frame, written with one write and,
+// if sync, fdatasync'd (which also makes the unsynced frames before it
+// durable). An unsynced frame survives the process being killed, not a
+// power cut: Sync or the next synced Append makes it durable. It needs a
+// snapshot written by this Journal (NeedsCompaction); after a failure the
+// file may end in a partial frame, so the next write must be Compact.
+func (j *Journal) Append(b Batch, sync bool) error {
 	if err := b.validate(); err != nil {
 		return fmt.Errorf("appending to checkpoint %s: %w", j.path, err)
 	}
@@ -189,11 +191,28 @@ func (j *Journal) Append(b Batch) error {
 		j.closeLocked()
 		return fmt.Errorf("appending to checkpoint %s: %w", j.path, err)
 	}
+	j.size += int64(len(frame))
+	if sync {
+		return j.syncLocked()
+	}
+	return nil
+}
+
+// Sync makes the appended frames durable (fdatasync).
+func (j *Journal) Sync() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return fmt.Errorf("syncing checkpoint %s: %w", j.path, errNeedsSnapshot)
+	}
+	return j.syncLocked()
+}
+
+func (j *Journal) syncLocked() error {
 	if err := unix.Fdatasync(int(j.f.Fd())); err != nil {
 		j.closeLocked()
 		return fmt.Errorf("syncing checkpoint %s: %w", j.path, err)
 	}
-	j.size += int64(len(frame))
 	return nil
 }
 

@@ -104,7 +104,7 @@ func writeJournalFixture(t *testing.T) journalFixture {
 	f := journalFixture{path: j.Path(), states: []State{snapshot}}
 	f.ends = append(f.ends, fileSize(t, j.Path()))
 	for i, b := range batches {
-		if err := j.Append(b); err != nil {
+		if err := j.Append(b, true); err != nil {
 			t.Fatalf("Append(batch %d) = %v", i, err)
 		}
 		f.ends = append(f.ends, fileSize(t, j.Path()))
@@ -314,12 +314,40 @@ func TestJournalCompactInterrupted(t *testing.T) {
 	}
 }
 
+// An unsynced append is in the file at once (it survives the process being
+// killed); Sync makes it durable.
+func TestJournalUnsyncedAppend(t *testing.T) {
+	f := writeJournalFixture(t)
+	j := newTestJournal(t, f.path, bootA)
+	if err := j.Sync(); !errors.Is(err, errNeedsSnapshot) {
+		t.Errorf("Sync() before a snapshot = %v, want errNeedsSnapshot", err)
+	}
+	last := f.states[len(f.states)-1]
+	if err := j.Compact(last); err != nil {
+		t.Fatal(err)
+	}
+	b := Batch{Pods: map[string][]Entry{"c": nil}}
+	if err := j.Append(b, false); err != nil {
+		t.Fatalf("Append(unsynced) = %v", err)
+	}
+	cp, err := newTestJournal(t, f.path, bootA).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(apply(last, b), cp.State); diff != "" {
+		t.Errorf("after an unsynced append (-want +got):\n%s", diff)
+	}
+	if err := j.Sync(); err != nil {
+		t.Errorf("Sync() = %v", err)
+	}
+}
+
 func TestJournalAppendNeedsSnapshot(t *testing.T) {
 	j := newTestJournal(t, filepath.Join(t.TempDir(), DefaultFileName), bootA)
 	if !j.NeedsCompaction() {
 		t.Error("NeedsCompaction() = false before any snapshot")
 	}
-	if err := j.Append(Batch{Pods: map[string][]Entry{"a": nil}}); !errors.Is(err, errNeedsSnapshot) {
+	if err := j.Append(Batch{Pods: map[string][]Entry{"a": nil}}, true); !errors.Is(err, errNeedsSnapshot) {
 		t.Errorf("Append() before Compact = %v, want errNeedsSnapshot", err)
 	}
 	if err := j.Compact(State{}); err != nil {
@@ -331,14 +359,14 @@ func TestJournalAppendNeedsSnapshot(t *testing.T) {
 	// Appends beyond twice the snapshot and 1 MiB ask for compaction.
 	big := Batch{Registered: map[string][]string{"example.com/gopher": {strings.Repeat("x", 64<<10)}}}
 	for range 16 {
-		if err := j.Append(big); err != nil {
+		if err := j.Append(big, true); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if !j.NeedsCompaction() {
 		t.Error("NeedsCompaction() = false after 1 MiB of appends on an empty snapshot")
 	}
-	if err := j.Append(Batch{Pods: map[string][]Entry{"a": {testEntry("b", "c", "r.com/x", "d")}}}); !errors.Is(err, errInvalidState) {
+	if err := j.Append(Batch{Pods: map[string][]Entry{"a": {testEntry("b", "c", "r.com/x", "d")}}}, true); !errors.Is(err, errInvalidState) {
 		t.Errorf("Append(entry of another pod) = %v, want errInvalidState", err)
 	}
 }

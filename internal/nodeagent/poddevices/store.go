@@ -257,6 +257,18 @@ func (s *Store) Devices() map[string]sets.Set[string] {
 	return out
 }
 
+// InUse reports whether device id of resource is committed or reserved:
+// Devices()[resource].Has(id) without copying every set.
+func (s *Store) InUse(resource, id string) bool {
+	return s.owners[resource][id] != nil
+}
+
+// InUseCount returns the number of devices of resource committed or
+// reserved.
+func (s *Store) InUseCount(resource string) int {
+	return len(s.owners[resource])
+}
+
 // ContainerDevices returns the device IDs committed to the pod's container for resource, or nil
 // if there is no committed allocation (an in-flight reservation does not count).
 func (s *Store) ContainerDevices(podUID, container, resource string) sets.Set[string] {
