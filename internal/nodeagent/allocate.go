@@ -560,12 +560,12 @@ func (m *Manager) devicesToAllocateLocked(ctx context.Context, pod *v1.Pod, cont
 	// Neither a topology affinity nor the plugin's preference: the first
 	// available devices in ID order, which is what the general path below
 	// picks then, found in one pass.
-	if affinity.IsEmpty() && !r.primary.opts().GetGetPreferredAllocationAvailable() && p.needed <= 64 {
-		first, available := m.firstAvailableLocked(resource, p.needed)
-		if available < p.needed {
+	if affinity.IsEmpty() && !r.primary.opts().GetGetPreferredAllocationAvailable() {
+		first := m.firstAvailableLocked(resource, p.needed)
+		if len(first) < p.needed {
 			return nil, false, &AllocationError{
 				Reason: AllocationInsufficientDevices,
-				Err:    fmt.Errorf(errDevicesUnavailable, resource, p.needed, available),
+				Err:    fmt.Errorf(errDevicesUnavailable, resource, p.needed, len(first)),
 			}
 		}
 		p.take(first)
@@ -691,33 +691,28 @@ func (m *Manager) availableLocked(resource string) sets.Set[string] {
 }
 
 // firstAvailableLocked returns the n available devices of resource (see
-// availableLocked) that come first in ID order, and how many are
-// available, in one pass over the healthy devices without building the set
-// or sorting it all: what the manager picks when neither a topology
-// affinity nor the plugin's preference has a say, at a cost that does not
-// grow with the pool beyond that pass.
-func (m *Manager) firstAvailableLocked(resource string, n int) (first []string, available int) {
+// availableLocked) that come first in ID order, walking the healthy devices
+// in that order (sorted when they change, not per allocation) and stopping
+// at the n-th: what the manager picks when neither a topology affinity nor
+// the plugin's preference has a say, at a cost that does not grow with the
+// pool, only with the devices held before the first free one. If fewer than
+// n are available, all of them are returned.
+func (m *Manager) firstAvailableLocked(resource string, n int) []string {
 	r := m.resources[resource]
 	if r == nil {
-		return nil, 0
+		return nil
 	}
 	cordoned := m.cordons[resource]
-	first = make([]string, 0, n+1)
-	for id := range r.healthy {
+	first := make([]string, 0, n)
+	for _, id := range r.sortedHealthy() {
 		if m.pods.InUse(resource, id) || cordoned.Has(id) {
 			continue
 		}
-		available++
-		if len(first) == n && id >= first[n-1] {
-			continue
-		}
-		i, _ := slices.BinarySearch(first, id)
-		first = slices.Insert(first, i, id)
-		if len(first) > n {
-			first = first[:n]
+		if first = append(first, id); len(first) == n {
+			break
 		}
 	}
-	return first, available
+	return first
 }
 
 // deviceNodesLocked returns every reported device of resource with its NUMA

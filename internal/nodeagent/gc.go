@@ -32,11 +32,9 @@ func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.P
 	m.mu.Lock()
 	gone := m.pods.Pods().Difference(active)
 	changed := sets.New[string]()
-	if gone.Len() > 0 {
-		for _, e := range m.pods.Entries() {
-			if gone.Has(e.PodUID) {
-				changed.Insert(e.ResourceName)
-			}
+	for uid := range gone {
+		for _, e := range m.pods.PodEntries(uid) {
+			changed.Insert(e.ResourceName)
 		}
 	}
 	freed := m.pods.Delete(sets.List(gone)...)

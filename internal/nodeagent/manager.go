@@ -175,10 +175,10 @@ type Manager struct {
 	// ckptInfo is the provenance of the checkpoint on disk.
 	ckptInfo CheckpointInfo
 
-	// ckptMu serializes checkpoint writes (group commit, checkpoint.go).
-	ckptMu      sync.Mutex
-	ckptStore   *checkpoint.Journal
-	staleStore  *checkpoint.Store
+	// ckptMu serializes checkpoint writes (group commit, persist.go).
+	ckptMu     sync.Mutex
+	ckptStore  *checkpoint.Journal
+	staleStore *checkpoint.Store
 	// ckptWritten is the stateSeq the file was last written at, ckptSynced
 	// the one it is durable at (frees are written before they are synced).
 	ckptWritten, ckptSynced uint64
