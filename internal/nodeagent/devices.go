@@ -182,7 +182,7 @@ type resourceState struct {
 	// healthySorted caches healthy in ID order (sortedHealthy); nil when
 	// healthy changed since.
 	healthySorted []string
-	awaiting  map[string]*device // restored from the checkpoint, not yet reported
+	awaiting      map[string]*device // restored from the checkpoint, not yet reported
 	// reported is set by the first accepted ListAndWatch message: a plugin
 	// that has not reported yet is not known to have no healthy device.
 	reported bool

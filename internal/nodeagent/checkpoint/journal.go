@@ -159,7 +159,9 @@ func (j *Journal) Compact(state State) error {
 	blob := encodeSnapshot(state, j.bootID, j.clock.Now())
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.closeLocked()
+	// The handle is replaced: whatever it wrote was synced or is covered by
+	// this snapshot, so failing to close it loses nothing.
+	_ = j.closeLocked()
 	if err := writeFileAtomic(j.path, blob); err != nil {
 		return fmt.Errorf("writing checkpoint %s: %w", j.path, err)
 	}
@@ -188,8 +190,7 @@ func (j *Journal) Append(b Batch, sync bool) error {
 		return fmt.Errorf("appending to checkpoint %s: %w", j.path, errNeedsSnapshot)
 	}
 	if _, err := j.f.Write(frame); err != nil {
-		j.closeLocked()
-		return fmt.Errorf("appending to checkpoint %s: %w", j.path, err)
+		return fmt.Errorf("appending to checkpoint %s: %w", j.path, errors.Join(err, j.closeLocked()))
 	}
 	j.size += int64(len(frame))
 	if sync {
@@ -210,8 +211,7 @@ func (j *Journal) Sync() error {
 
 func (j *Journal) syncLocked() error {
 	if err := unix.Fdatasync(int(j.f.Fd())); err != nil {
-		j.closeLocked()
-		return fmt.Errorf("syncing checkpoint %s: %w", j.path, err)
+		return fmt.Errorf("syncing checkpoint %s: %w", j.path, errors.Join(err, j.closeLocked()))
 	}
 	return nil
 }
