@@ -40,12 +40,25 @@ func heldPods(b *testing.B, tm *testManager, n int) []*v1.Pod {
 // free) by pool size and by number of pods already holding devices: the
 // cost must not depend on either.
 func BenchmarkAllocateFreeCycle(b *testing.B) {
-	for _, tc := range []struct{ devices, held int }{
-		{128, 0}, {1024, 0}, {10000, 0}, {10000, 1000},
+	for _, tc := range []struct {
+		devices, held int
+		noTopology    bool
+	}{
+		{128, 0, false}, {1024, 0, false}, {10000, 0, false}, {10000, 1000, false}, {10000, 0, true},
 	} {
-		b.Run(fmt.Sprintf("devices=%d/held=%d", tc.devices, tc.held), func(b *testing.B) {
+		name := fmt.Sprintf("devices=%d/held=%d", tc.devices, tc.held)
+		if tc.noTopology {
+			name += "/no-topology"
+		}
+		b.Run(name, func(b *testing.B) {
 			tm := newAllocManager(b)
-			startPlugin(b, tm, "r.sock", res1, false, false, benchPool(tc.devices)...)
+			devs := benchPool(tc.devices)
+			if tc.noTopology {
+				for _, d := range devs {
+					d.Topology = nil
+				}
+			}
+			startPlugin(b, tm, "r.sock", res1, false, false, devs...)
 			active := heldPods(b, tm, tc.held)
 			ctx := klog.NewContext(context.Background(), logr.Discard())
 			lat := make([]time.Duration, 0, b.N)
