@@ -112,11 +112,11 @@ BENCH_KUBELET_FLAGS ?= --cases=128x1,1024x8,10000x1 --cycles=300 --runs=3
 
 .PHONY: bench-kubelet
 bench-kubelet: ## The kubelet's device manager (k8s.io/kubernetes $(KUBE_VERSION), its own Go module in test/benchkubelet) and kubedevice's core on the same workload, interleaved; prints one table. Runs in a mount namespace of its own (unshare), as the kubelet's manager only listens in /var/lib/kubelet/device-plugins.
-	@scratch=$$(mktemp -d /var/tmp/kubedevice-bench-kubelet-XXXXXX) && \
-	(cd test/benchkubelet && go build -o "$$scratch/benchkubelet" .) && \
+	@scratch=$$(mktemp -d /var/tmp/kubedevice-bench-kubelet-XXXXXX); rc=0; \
+	{ (cd test/benchkubelet && go build -o "$$scratch/benchkubelet" .) && \
 	unshare --mount --map-root-user --propagation private \
-		sh -c 'mount --bind "$$0" /var/lib && exec "$$0/benchkubelet" --scratch="$$0" "$$@"' "$$scratch" $(BENCH_KUBELET_FLAGS); \
-	rc=$$?; rm -rf "$$scratch"; exit $$rc
+		sh -c 'mount --bind "$$0" /var/lib && exec "$$0/benchkubelet" --scratch="$$0" "$$@"' "$$scratch" $(BENCH_KUBELET_FLAGS); } || rc=$$?; \
+	rm -rf "$$scratch"; exit $$rc
 
 # The cluster bench-scale builds; see test/scale and docs/design.md ("Scale").
 SCALE_NODES ?= 1000
