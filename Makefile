@@ -120,6 +120,17 @@ plugin-test-kubelet-stub: ## Build the kubelet's own stub device plugin (test/ku
 bench: envtest-assets ## Run the benchmarks (allocation latency, checkpoint writes, hint generation, ...); the controller at scale is `make bench-scale`.
 	go test -run '^$$' -bench . -benchmem $(UNIT_PACKAGES)
 
+# bench-kubelet: workloads (devices x devices per pod), allocations per run and runs per workload.
+BENCH_KUBELET_FLAGS ?= --cases=128x1,1024x8,10000x1 --cycles=300 --runs=3
+
+.PHONY: bench-kubelet
+bench-kubelet: ## The kubelet's device manager (k8s.io/kubernetes $(KUBE_VERSION), its own Go module in test/benchkubelet) and kubedevice's core on the same workload, interleaved; prints one table. Runs in a mount namespace of its own (unshare), as the kubelet's manager only listens in /var/lib/kubelet/device-plugins.
+	@scratch=$$(mktemp -d /var/tmp/kubedevice-bench-kubelet-XXXXXX); rc=0; \
+	{ (cd test/benchkubelet && go build -o "$$scratch/benchkubelet" .) && \
+	unshare --mount --map-root-user --propagation private \
+		sh -c 'mount --bind "$$0" /var/lib && exec "$$0/benchkubelet" --scratch="$$0" "$$@"' "$$scratch" $(BENCH_KUBELET_FLAGS); } || rc=$$?; \
+	rm -rf "$$scratch"; exit $$rc
+
 # The cluster bench-scale builds; see test/scale and docs/design.md ("Scale").
 SCALE_NODES ?= 1000
 SCALE_SHARDS ?= 2

@@ -133,7 +133,9 @@ func parseFlags() (*settings, error) {
 	flag.StringVar(&s.opts.Namespace, "namespace", namespace,
 		"Namespace of the agent's Lease (kubedevice-agent-<node>); defaults to $POD_NAMESPACE, else "+agent.DefaultNamespace+".")
 	flag.StringVar(&s.core.PluginDir, "plugin-dir", s.core.PluginDir,
-		"Directory of the registration socket (kubelet.sock), the device plugins' sockets and the checkpoint. Never the kubelet's own directory, which deletes foreign sockets.")
+		"Directory of the registration socket (kubelet.sock) and the device plugins' sockets. Never the kubelet's own directory, which deletes foreign sockets.")
+	flag.StringVar(&s.core.StateDir, "state-dir", s.core.StateDir,
+		"Directory of the agent's checkpoint; not --plugin-dir, which every device plugin mounts read-write. A checkpoint an earlier agent left in --plugin-dir is moved here on the first start.")
 	flag.StringVar(&s.core.PluginsRegistryDir, "plugins-registry-dir", s.core.PluginsRegistryDir,
 		"Directory watched for plugins that announce themselves through the kubelet's plugin watcher; empty disables that registration path.")
 	flag.DurationVar(&s.core.EndpointGracePeriod, "endpoint-grace-period", s.core.EndpointGracePeriod,

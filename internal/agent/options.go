@@ -209,12 +209,18 @@ func CacheOptions(node string) cache.Options {
 
 var errPodResourcesSocket = errors.New("want an absolute path outside the plugin directory and the plugins registry directory, whose sockets the agent treats as device plugins'")
 
+var errStateDir = errors.New("want an absolute directory other than the plugin directory, which every device plugin mounts read-write")
+
 // Validate checks opts against the core's configuration cfg before anything starts: the node
-// name is set, and the PodResources socket (when served) is an absolute path outside the
+// name is set, the state directory (when set) is an absolute path that is not the plugin
+// directory, and the PodResources socket (when served) is an absolute path outside the
 // directories whose sockets the core treats as device plugins'. Setup checks the rest.
 func (o Options) Validate(cfg nodeagent.Config) error {
 	if o.NodeName == "" {
 		return ErrNoNodeName
+	}
+	if d := cfg.StateDir; d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) == filepath.Clean(cfg.PluginDir)) {
+		return fmt.Errorf("state directory %q: %w", d, errStateDir)
 	}
 	s := o.PodResources.SocketPath
 	if s == "" {

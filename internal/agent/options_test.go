@@ -40,4 +40,17 @@ func TestValidate(t *testing.T) {
 	if err := (Options{}).Validate(cfg); !errors.Is(err, ErrNoNodeName) {
 		t.Errorf("no node name: err %v", err)
 	}
+	for dir, ok := range map[string]bool{
+		"":                                    true,
+		"/var/lib/kubedevice/state":           true,
+		"state":                               false,
+		"/var/lib/kubedevice/device-plugins":  false,
+		"/var/lib/kubedevice/device-plugins/": false,
+	} {
+		c := cfg
+		c.StateDir = dir
+		if err := opts("").Validate(c); (err == nil) != ok {
+			t.Errorf("state dir %q: err %v, want ok %v", dir, err, ok)
+		}
+	}
 }

@@ -386,6 +386,7 @@ func (d *dev) startAgent(ctx context.Context) func() (string, error) {
 			"--node-name=" + NodeName,
 			"--namespace=" + AgentNamespace,
 			"--plugin-dir=" + d.l.pluginDir(),
+			"--state-dir=" + d.l.stateDir(),
 			"--plugins-registry-dir=" + d.l.registryDir(),
 			"--metrics-bind-address=" + metrics,
 			"--health-probe-bind-address=" + health,

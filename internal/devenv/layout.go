@@ -66,6 +66,7 @@ func (l layout) gophersDir() string   { return filepath.Join(l.workDir, "gophers
 func (l layout) schedulerDir() string { return filepath.Join(l.workDir, "kube-scheduler") }
 func (l layout) pluginDir() string    { return filepath.Join(l.runDir, "device-plugins") }
 func (l layout) registryDir() string  { return filepath.Join(l.runDir, "plugins_registry") }
+func (l layout) stateDir() string     { return filepath.Join(l.workDir, "state") }
 func (l layout) lockPath() string     { return filepath.Join(l.workDir, ".lock") }
 
 func (l layout) logPath(name string) string { return filepath.Join(l.logsDir(), name+".log") }
@@ -90,12 +91,12 @@ func (l layout) lock() (*os.File, error) {
 // prepare removes what a previous run left (a checkpoint, sockets, gophers, logs) and creates the
 // directories of this run.
 func (l layout) prepare() error {
-	for _, p := range []string{l.pluginDir(), l.registryDir(), l.gophersDir(), l.logsDir(), l.schedulerDir(), l.kubeconfig()} {
+	for _, p := range []string{l.pluginDir(), l.registryDir(), l.stateDir(), l.gophersDir(), l.logsDir(), l.schedulerDir(), l.kubeconfig()} {
 		if err := os.RemoveAll(p); err != nil {
 			return fmt.Errorf("removing %s from a previous run: %w", p, err)
 		}
 	}
-	for _, d := range []string{l.pluginDir(), l.registryDir(), l.gophersDir(), l.logsDir(), l.schedulerDir()} {
+	for _, d := range []string{l.pluginDir(), l.registryDir(), l.stateDir(), l.gophersDir(), l.logsDir(), l.schedulerDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
@@ -103,10 +104,10 @@ func (l layout) prepare() error {
 	return nil
 }
 
-// cleanup removes the sockets' directories (with the agent's checkpoint), the gophers, the
+// cleanup removes the sockets' directories, the agent's checkpoint, the gophers, the
 // scheduler's certificates and the kubeconfig of the stopped cluster. The logs stay.
 func (l layout) cleanup() error {
-	paths := []string{l.pluginDir(), l.registryDir(), l.gophersDir(), l.schedulerDir(), l.kubeconfig()}
+	paths := []string{l.pluginDir(), l.registryDir(), l.stateDir(), l.gophersDir(), l.schedulerDir(), l.kubeconfig()}
 	if l.tempRunDir {
 		paths = append(paths, l.runDir)
 	}

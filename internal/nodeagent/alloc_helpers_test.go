@@ -279,7 +279,7 @@ func (tm *testManager) hold(t testing.TB, pod *v1.Pod, container, resourceName s
 		t.Fatalf("committing %v: %v", ids, err)
 	}
 	tm.podRefs[uid] = ref
-	tm.stateSeq++
+	tm.podChangedLocked(uid)
 }
 
 // containerDevices returns the devices committed to a container.

@@ -295,7 +295,7 @@ func (tx *allocTxn) releaseAdded() {
 	defer m.mu.Unlock()
 	for _, k := range tx.added {
 		if m.pods.Release(uid, k.container, k.resource) {
-			m.stateSeq++
+			m.podChangedLocked(uid)
 		}
 	}
 	m.prunePodLocked(uid)
@@ -370,17 +370,13 @@ func (m *Manager) devicePluginRequestsLocked(reqs []deviceRequest) []deviceReque
 	if m.rebuildPending {
 		return reqs
 	}
-	var inUse map[string]sets.Set[string]
 	out := reqs[:0:0]
 	for _, rq := range reqs {
 		if m.isDevicePluginResourceLocked(rq.resource) {
 			out = append(out, rq)
 			continue
 		}
-		if inUse == nil {
-			inUse = m.pods.Devices()
-		}
-		if inUse[rq.resource].Len() > 0 {
+		if m.pods.InUseCount(rq.resource) > 0 {
 			out = append(out, rq)
 		}
 	}
@@ -439,7 +435,7 @@ func (m *Manager) allocateResource(ctx context.Context, tx *allocTxn, pod *v1.Po
 		return &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", rq.resource, container, cerr)}
 	}
 	m.podRefs[uid] = tx.pod
-	m.stateSeq++
+	m.podChangedLocked(uid)
 	tx.changed.Insert(rq.resource)
 	k := containerResource{container: container, resource: rq.resource}
 	if refresh {
@@ -561,6 +557,21 @@ func (m *Manager) devicesToAllocateLocked(ctx context.Context, pod *v1.Pod, cont
 		return result()
 	}
 
+	// Neither a topology affinity nor the plugin's preference: the first
+	// available devices in ID order, which is what the general path below
+	// picks then, found in one pass.
+	if affinity.IsEmpty() && !r.primary.opts().GetGetPreferredAllocationAvailable() {
+		first := m.firstAvailableLocked(resource, p.needed)
+		if len(first) < p.needed {
+			return nil, false, &AllocationError{
+				Reason: AllocationInsufficientDevices,
+				Err:    fmt.Errorf(errDevicesUnavailable, resource, p.needed, len(first)),
+			}
+		}
+		p.take(first)
+		return result()
+	}
+
 	available := m.availableLocked(resource)
 	if available.Len() < p.needed {
 		return nil, false, &AllocationError{
@@ -669,14 +680,39 @@ func (m *Manager) availableLocked(resource string) sets.Set[string] {
 	if r == nil {
 		return sets.New[string]()
 	}
-	inUse, cordoned := m.pods.Devices()[resource], m.cordons[resource]
+	cordoned := m.cordons[resource]
 	out := make(sets.Set[string], r.healthy.Len())
 	for id := range r.healthy {
-		if !inUse.Has(id) && !cordoned.Has(id) {
+		if !m.pods.InUse(resource, id) && !cordoned.Has(id) {
 			out.Insert(id)
 		}
 	}
 	return out
+}
+
+// firstAvailableLocked returns the n available devices of resource (see
+// availableLocked) that come first in ID order, walking the healthy devices
+// in that order (sorted when they change, not per allocation) and stopping
+// at the n-th: what the manager picks when neither a topology affinity nor
+// the plugin's preference has a say, at a cost that does not grow with the
+// pool, only with the devices held before the first free one. If fewer than
+// n are available, all of them are returned.
+func (m *Manager) firstAvailableLocked(resource string, n int) []string {
+	r := m.resources[resource]
+	if r == nil {
+		return nil
+	}
+	cordoned := m.cordons[resource]
+	first := make([]string, 0, n)
+	for _, id := range r.sortedHealthy() {
+		if m.pods.InUse(resource, id) || cordoned.Has(id) {
+			continue
+		}
+		if first = append(first, id); len(first) == n {
+			break
+		}
+	}
+	return first
 }
 
 // deviceNodesLocked returns every reported device of resource with its NUMA

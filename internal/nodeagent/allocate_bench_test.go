@@ -105,23 +105,37 @@ func BenchmarkAllocatePodParallel(b *testing.B) {
 	b.ReportMetric(float64(tm.checkpointWriteCount()-writesBefore)/float64(b.N), "writes/alloc")
 }
 
-// BenchmarkCheckpointWrite measures one checkpoint write (encode, write,
-// fsync, rename, directory fsync) of 100 pods holding one device each.
+// BenchmarkCheckpointWrite measures one checkpoint write with 100 pods
+// holding one device each: a snapshot (encode, write, fsync, rename,
+// directory fsync; the first write of a process, and compaction) and an
+// append of one changed pod (encode, write, fdatasync; every allocation and
+// free).
 func BenchmarkCheckpointWrite(b *testing.B) {
-	tm := newAllocManager(b)
-	startPlugin(b, tm, "r.sock", res1, false, false, benchPool(128)...)
-	for i := range 100 {
-		pod := makePod(fmt.Sprintf("p%d", i)).container("c", req{res1, 1}).obj()
-		tm.hold(b, pod, "c", res1, fmt.Sprintf("dev-%04d", i))
-	}
-	b.ResetTimer()
-	for range b.N {
-		tm.mu.Lock()
-		tm.stateSeq++
-		tm.mu.Unlock()
-		if err := tm.persist(); err != nil {
-			b.Fatal(err)
-		}
+	for _, kind := range []string{"snapshot", "append"} {
+		b.Run(kind, func(b *testing.B) {
+			tm := newAllocManager(b)
+			startPlugin(b, tm, "r.sock", res1, false, false, benchPool(128)...)
+			for i := range 100 {
+				pod := makePod(fmt.Sprintf("p%d", i)).container("c", req{res1, 1}).obj()
+				tm.hold(b, pod, "c", res1, fmt.Sprintf("dev-%04d", i))
+			}
+			if err := tm.persist(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				tm.mu.Lock()
+				if kind == "snapshot" {
+					tm.stateReplacedLocked()
+				} else {
+					tm.podChangedLocked("uid-p0")
+				}
+				tm.mu.Unlock()
+				if err := tm.persist(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

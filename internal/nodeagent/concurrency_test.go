@@ -236,7 +236,7 @@ func TestConcurrentAllocationInvariant(t *testing.T) {
 						if errors.Is(err, poddevices.ErrDeviceInUse) || errors.Is(err, poddevices.ErrNotReserved) {
 							checkError(err)
 						}
-						tm.GetTopologyHints(pod, podContainers(pod)[0])
+						tm.topologyHints(pod, podContainers(pod)[0])
 					}
 					tm.Snapshots()
 					tm.PodAllocations()

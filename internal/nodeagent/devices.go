@@ -179,7 +179,10 @@ type resourceState struct {
 	devices   map[string]*device // every device of the last accepted message
 	healthy   sets.Set[string]
 	unhealthy sets.Set[string]
-	awaiting  map[string]*device // restored from the checkpoint, not yet reported
+	// healthySorted caches healthy in ID order (sortedHealthy); nil when
+	// healthy changed since.
+	healthySorted []string
+	awaiting      map[string]*device // restored from the checkpoint, not yet reported
 	// reported is set by the first accepted ListAndWatch message: a plugin
 	// that has not reported yet is not known to have no healthy device.
 	reported bool
@@ -240,6 +243,7 @@ func (r *resourceState) applyDevices(devs []*pluginapi.Device, now time.Time) bo
 		}
 	}
 	r.devices, r.healthy, r.unhealthy, r.awaiting = next, healthy, unhealthy, nil
+	r.healthySorted = nil
 	r.reported = true
 	return changed
 }
@@ -268,5 +272,14 @@ func (r *resourceState) markUnhealthy(now time.Time, reason, message string) {
 		d.health, d.reason, d.message = Unhealthy, reason, message
 		r.unhealthy.Insert(id)
 	}
-	r.healthy = sets.New[string]()
+	r.healthy, r.healthySorted = sets.New[string](), nil
+}
+
+// sortedHealthy returns the healthy devices in ID order, sorted once per
+// change of the healthy set rather than once per allocation.
+func (r *resourceState) sortedHealthy() []string {
+	if r.healthySorted == nil {
+		r.healthySorted = sets.List(r.healthy)
+	}
+	return r.healthySorted
 }

@@ -108,8 +108,10 @@
 // This follows kubernetes PR #139959: a resource whose plugin is not (yet)
 // serving defers the pod, a serving plugin without devices refuses it.
 //
-// Topology (topology_hints.go): GetTopologyHints and GetPodTopologyHints
-// are the kubelet's hint provider (pod-level request: resourcehelper.PodLimits).
+// Topology (topology_hints.go): containerHintsLocked and podHintsLocked are
+// the kubelet's hint provider (pod-level request: resourcehelper.PodLimits),
+// computed where allocation needs them rather than exported: the agent
+// admits pods itself, no topology manager asks for hints.
 // At allocation the configured policy merges the container's hints
 // (container scope) or the pod's, once per pod (pod scope), and refuses an
 // unaligned allocation under restricted and single-numa-node; the affinity is
@@ -133,17 +135,29 @@
 //
 // # Checkpoint, restart and reboot
 //
-// checkpoint.go writes the checkpoint package's versioned, checksummed file
-// (Config.CheckpointPath) with the node's boot ID: after each committed
-// allocation, after frees, when a resource's registered device IDs change
+// persist.go keeps the checkpoint (Config.CheckpointPath, in Config.StateDir,
+// never in the plugin directory the plugins mount) as the checkpoint
+// package's Journal: a snapshot of the whole state with the node's boot ID,
+// then appended frames, each the new state of the pods and resources that
+// changed (dirtyPods, dirtyResources), so a write costs what changed, not
+// what is registered or held. A frame is appended and fdatasync'd after each
+// committed allocation (durable before Allocate returns; concurrent callers
+// share one flush), appended without waiting for the disk after frees (the
+// next flush carries it), and when a resource's registered device IDs change
 // (not on health flaps: the kubelet writes on every ListAndWatch message, but
-// the file records only which devices exist), and when a resource is
-// removed. Nothing is written before the checkpoint was restored, so an
-// existing file is never overwritten with empty state.
+// the file records only which devices exist) or a resource is removed. The
+// first write of a process, a restore and a failed write take a snapshot
+// instead, and so does compaction when the frames outgrow the snapshot.
+// Nothing is written before the checkpoint was restored, so an existing file
+// is never overwritten with empty state.
 //
 // RestoreCheckpoint (before Start; Start does it otherwise) restores the
 // allocations and the resources, which stay unallocatable (retryably) until
-// their plugin registers again. A corrupt file is quarantined and counted,
+// their plugin registers again. It reads files of format 1 (JSON) too, and
+// one left in the plugin directory by an earlier version, and converts them
+// at once. A last frame the agent did not finish writing is reported
+// (RestoreResult.TornTail, a metric, a saved copy) and left out: nobody was
+// told it was durable. Any other damage is corruption: the file is quarantined and counted,
 // the error wraps the *checkpoint.CorruptError, and allocation is refused
 // until RestoreAllocations has rebuilt the state from the DeviceAllocation
 // objects and written a fresh checkpoint. After a node reboot (boot ID
@@ -158,6 +172,7 @@
 //
 // All state is behind Manager.mu. Helpers named ...Locked expect it held;
 // endpoint RPCs are called without it. Call m.notifyLocked(name) after any
-// change a snapshot would show, and bump m.stateSeq after any change the
-// checkpoint records, then call m.persist() without the lock.
+// change a snapshot would show, and after any change the checkpoint records
+// call m.podChangedLocked(uid) or m.resourceChangedLocked(name) (or
+// m.stateReplacedLocked()), then m.persist() without the lock.
 package nodeagent

@@ -13,7 +13,9 @@ import (
 // activePods (the kubelet's non-terminal pods that are not fully
 // terminated), as the kubelet's UpdateAllocatedDevices, and, unlike it,
 // writes the checkpoint when anything was freed, so a freed allocation does
-// not come back after a restart. Allocations in flight are never freed:
+// not come back after an agent restart. The write does not wait for the
+// disk (see persistUnsynced): the next allocation's flush makes it durable,
+// as the kubelet's next Allocate records its frees. Allocations in flight are never freed:
 // their own transaction commits or rolls them back, and a commit for a pod
 // that is gone is freed by the next call.
 //
@@ -30,11 +32,9 @@ func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.P
 	m.mu.Lock()
 	gone := m.pods.Pods().Difference(active)
 	changed := sets.New[string]()
-	if gone.Len() > 0 {
-		for _, e := range m.pods.Entries() {
-			if gone.Has(e.PodUID) {
-				changed.Insert(e.ResourceName)
-			}
+	for uid := range gone {
+		for _, e := range m.pods.PodEntries(uid) {
+			changed.Insert(e.ResourceName)
 		}
 	}
 	freed := m.pods.Delete(sets.List(gone)...)
@@ -54,7 +54,9 @@ func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.P
 		m.prunePodLocked(uid)
 	}
 	if freed > 0 {
-		m.stateSeq++
+		for uid := range gone {
+			m.podChangedLocked(uid)
+		}
 		m.notifyLocked(sets.List(changed)...)
 	}
 	m.mu.Unlock()
@@ -66,7 +68,7 @@ func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.P
 	if staleChanged {
 		m.persistStaleLogged(logger)
 	}
-	if err := m.persist(); err != nil {
+	if err := m.persistUnsynced(); err != nil {
 		return fmt.Errorf("freeing the devices of %d inactive pods: %w", gone.Len(), err)
 	}
 	return nil

@@ -30,6 +30,10 @@ import (
 // kubelet's endpointStopGracePeriod.
 const DefaultEndpointGracePeriod = 5 * time.Minute
 
+// DefaultStateDir is the agent's own state directory (checkpoint), apart
+// from the plugin directory the device plugins mount.
+const DefaultStateDir = "/var/lib/kubedevice/state"
+
 // errSupersededConnection refuses a connection older than the one already
 // registered on the same socket (two registrations raced).
 var errSupersededConnection = errors.New("a newer registration of this device plugin socket is connected")
@@ -56,8 +60,17 @@ type Config struct {
 	// registration.DefaultDialTimeout.
 	DialTimeout time.Duration
 
+	// StateDir holds the manager's checkpoint and reallocation files. It
+	// must not be the plugin directory in production: every device plugin
+	// mounts that one read-write. DefaultConfig sets DefaultStateDir; empty
+	// means PluginDir (the layout of earlier versions, kept for embedders
+	// and tests).
+	StateDir string
 	// CheckpointPath is the manager's checkpoint file; defaults to
-	// <PluginDir>/kubedevice_checkpoint.
+	// <StateDir>/kubedevice_checkpoint. When it has no file but
+	// <PluginDir>/kubedevice_checkpoint exists (an agent upgraded from one
+	// that kept its state there), that one is read, written here and
+	// removed (RestoreCheckpoint).
 	CheckpointPath string
 	// BootIDPath is the file holding the node's boot ID, recorded in the
 	// checkpoint to tell an agent restart from a node reboot; defaults to
@@ -90,6 +103,7 @@ func DefaultConfig() Config {
 		EndpointGracePeriod: DefaultEndpointGracePeriod,
 		Clock:               clock.RealClock{},
 		Registerer:          prometheus.DefaultRegisterer,
+		StateDir:            DefaultStateDir,
 		BootIDPath:          checkpoint.DefaultBootIDPath,
 		SysRoot:             "/",
 		TopologyPolicy:      topology.PolicyNone,
@@ -150,16 +164,24 @@ type Manager struct {
 	// RestoreAllocations has rebuilt the state: nothing is allocated
 	// meanwhile, so no device a lost allocation held is handed out again.
 	rebuildPending bool
-	// stateSeq counts the changes to what the checkpoint records.
-	stateSeq uint64
+	// stateSeq counts the changes to what the checkpoint records;
+	// dirtyPods and dirtyResources name what changed since the last write,
+	// and needSnapshot asks for the whole state to be written (the first
+	// write of the process, after a restore or after a failed write).
+	stateSeq       uint64
+	dirtyPods      sets.Set[string]
+	dirtyResources sets.Set[string]
+	needSnapshot   bool
 	// ckptInfo is the provenance of the checkpoint on disk.
 	ckptInfo CheckpointInfo
 
-	// ckptMu serializes checkpoint writes (group commit, checkpoint.go).
-	ckptMu      sync.Mutex
-	ckptStore   *checkpoint.Store
-	staleStore  *checkpoint.Store
-	ckptWritten uint64
+	// ckptMu serializes checkpoint writes (group commit, persist.go).
+	ckptMu     sync.Mutex
+	ckptStore  *checkpoint.Journal
+	staleStore *checkpoint.Store
+	// ckptWritten is the stateSeq the file was last written at, ckptSynced
+	// the one it is durable at (frees are written before they are synced).
+	ckptWritten, ckptSynced uint64
 
 	// podLocks serializes the allocations of one pod.
 	podLocksMu sync.Mutex
@@ -200,6 +222,10 @@ func New(cfg Config) (*Manager, error) {
 		stale:     make(map[string]map[string]sets.Set[string]),
 		cordons:   make(map[string]sets.Set[string]),
 		podLocks:  make(map[string]*podLock),
+
+		dirtyPods:      sets.New[string](),
+		dirtyResources: sets.New[string](),
+		needSnapshot:   true,
 	}
 	if cfg.Registerer != nil {
 		if err := m.metrics.register(cfg.Registerer); err != nil {
@@ -444,7 +470,7 @@ func (m *Manager) removeExpiredLocked(now time.Time) bool {
 		m.removed.Insert(name)
 		m.metrics.deleteResource(name)
 		m.notifyLocked(name)
-		m.stateSeq++
+		m.resourceChangedLocked(name)
 		removed = true
 		m.logger.Info("Removed device plugin resource: no plugin registered within the grace period", "resourceName", name, "gracePeriod", m.grace)
 	}
@@ -558,7 +584,7 @@ func (m *Manager) pluginListAndWatchReceiver(ctx context.Context, p registration
 	// removed, or the resource's first message), not on health flaps.
 	registeredChanged := first || !before.Equal(r.registeredIDs())
 	if registeredChanged {
-		m.stateSeq++
+		m.resourceChangedLocked(name)
 	}
 	healthy := r.healthy.Len()
 	m.mu.Unlock()

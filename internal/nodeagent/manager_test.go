@@ -36,6 +36,13 @@ func TestNewDefaults(t *testing.T) {
 	if got := DefaultConfig().PluginsRegistryDir; got != "/var/lib/kubedevice/plugins_registry" {
 		t.Errorf("DefaultConfig().PluginsRegistryDir = %q", got)
 	}
+	// Issue 13: the checkpoint is not in the directory the plugins mount.
+	if got := DefaultConfig().StateDir; got != "/var/lib/kubedevice/state" {
+		t.Errorf("DefaultConfig().StateDir = %q", got)
+	}
+	if got := m.cfg.CheckpointPath; got != "/var/lib/kubedevice/device-plugins/kubedevice_checkpoint" {
+		t.Errorf("CheckpointPath without a state directory = %q, want the plugin directory's (earlier versions' layout)", got)
+	}
 	if _, err := New(Config{PluginDir: "relative"}); err == nil {
 		t.Error("New with a relative plugin directory succeeded")
 	}

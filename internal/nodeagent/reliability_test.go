@@ -138,7 +138,7 @@ func TestCordons(t *testing.T) {
 	}
 	// Without the cordons {0} would be a preferred hint too.
 	wantHints := hints(t, []int{1}, true, []int{0, 1}, false)
-	if diff := cmp.Diff(map[string][]topology.Hint{res1: wantHints}, tm.GetTopologyHints(makePod("h").container("c", req{res1, 2}).obj(), &v1.Container{Name: "c", Resources: v1.ResourceRequirements{Limits: limits([]req{{res1, 2}})}})); diff != "" {
+	if diff := cmp.Diff(map[string][]topology.Hint{res1: wantHints}, tm.topologyHints(makePod("h").container("c", req{res1, 2}).obj(), &v1.Container{Name: "c", Resources: v1.ResourceRequirements{Limits: limits([]req{{res1, 2}})}})); diff != "" {
 		t.Errorf("hints ignore cordoned devices (-want +got):\n%s", diff)
 	}
 

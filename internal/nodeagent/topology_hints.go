@@ -14,7 +14,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
 )
 
-// GetTopologyHints returns the NUMA topology hints of every device plugin
+// containerHintsLocked returns the NUMA topology hints of every device plugin
 // resource container asks for, as the kubelet's hint provider
 // (GetTopologyHints, §9): nil for a resource without topology (no
 // preference), [] when the request cannot be met, hints regenerated from the
@@ -24,24 +24,6 @@ import (
 // Unlike the kubelet, it does not garbage-collect first (the caller owns the
 // list of active pods, see UpdateAllocatedDevices), and cordoned devices are
 // not available.
-func (m *Manager) GetTopologyHints(pod *v1.Pod, container *v1.Container) map[string][]topology.Hint {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.containerHintsLocked(pod, container)
-}
-
-// GetPodTopologyHints returns the hints of the pod as a whole (topology
-// scope pod), as the kubelet's GetPodTopologyHints: the request of each
-// resource is the pod's effective limit (resourcehelper.PodLimits: the
-// larger of the largest init container and the sum of the app containers,
-// with the sidecar rules), the allocated devices are those of the whole pod,
-// and nothing is reusable.
-func (m *Manager) GetPodTopologyHints(pod *v1.Pod) map[string][]topology.Hint {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.podHintsLocked(pod)
-}
-
 func (m *Manager) containerHintsLocked(pod *v1.Pod, c *v1.Container) map[string][]topology.Hint {
 	uid := string(pod.UID)
 	hints := make(map[string][]topology.Hint)
@@ -72,6 +54,12 @@ func (m *Manager) containerHintsLocked(pod *v1.Pod, c *v1.Container) map[string]
 	return hints
 }
 
+// podHintsLocked returns the hints of the pod as a whole (topology
+// scope pod), as the kubelet's GetPodTopologyHints: the request of each
+// resource is the pod's effective limit (resourcehelper.PodLimits: the
+// larger of the largest init container and the sum of the app containers,
+// with the sidecar rules), the allocated devices are those of the whole pod,
+// and nothing is reusable.
 func (m *Manager) podHintsLocked(pod *v1.Pod) map[string][]topology.Hint {
 	uid := string(pod.UID)
 	hints := make(map[string][]topology.Hint)

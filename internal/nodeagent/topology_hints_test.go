@@ -485,7 +485,7 @@ func TestGetTopologyHints(t *testing.T) {
 	for _, tc := range commonHintCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			tm := setupHintCase(t, tc)
-			got := tm.GetTopologyHints(tc.pod, &tc.pod.Spec.Containers[0])
+			got := tm.topologyHints(tc.pod, &tc.pod.Spec.Containers[0])
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("hints (-want +got):\n%s", diff)
 			}
@@ -499,7 +499,7 @@ func TestGetPodTopologyHints(t *testing.T) {
 	for _, tc := range append(commonHintCases(t), podScopeHintCases(t)...) {
 		t.Run(tc.name, func(t *testing.T) {
 			tm := setupHintCase(t, tc)
-			if diff := cmp.Diff(tc.want, tm.GetPodTopologyHints(tc.pod)); diff != "" {
+			if diff := cmp.Diff(tc.want, tm.podTopologyHints(tc.pod)); diff != "" {
 				t.Errorf("hints (-want +got):\n%s", diff)
 			}
 		})
@@ -615,4 +615,20 @@ func TestTopologyPolicyAllocation(t *testing.T) {
 			t.Errorf("NUMA nodes of the pod's devices (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// topologyHints is what the allocation path computes for a container's
+// topology admission (container scope).
+func (tm *testManager) topologyHints(pod *v1.Pod, container *v1.Container) map[string][]topology.Hint {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.containerHintsLocked(pod, container)
+}
+
+// podTopologyHints is what the allocation path computes for a pod's
+// topology admission (pod scope).
+func (tm *testManager) podTopologyHints(pod *v1.Pod) map[string][]topology.Hint {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.podHintsLocked(pod)
 }

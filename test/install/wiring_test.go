@@ -84,7 +84,10 @@ func TestAgentIsWiredToTheNode(t *testing.T) {
 			}
 			c := spec.Containers[0]
 			f := flags(c)
-			for _, flag := range []string{"plugin-dir", "plugins-registry-dir"} {
+			if f["state-dir"] == f["plugin-dir"] {
+				t.Errorf("--state-dir=%q is the plugin directory, which every device plugin mounts read-write", f["state-dir"])
+			}
+			for _, flag := range []string{"plugin-dir", "plugins-registry-dir", "state-dir"} {
 				dir := f[flag]
 				if !path.IsAbs(dir) {
 					t.Errorf("--%s=%q is not an absolute path", flag, dir)

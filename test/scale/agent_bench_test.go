@@ -178,7 +178,7 @@ func (n *benchNode) start(qps float32, burst int) error {
 		return errors.New("the agent is running")
 	}
 	core := nodeagent.DefaultConfig()
-	core.PluginDir = n.dir
+	core.PluginDir, core.StateDir = n.dir, n.dir
 	core.PluginsRegistryDir = ""
 	core.BootIDPath = filepath.Join(n.dir, "boot_id")
 	n.registry = prometheus.NewRegistry()

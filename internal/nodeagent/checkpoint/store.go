@@ -67,6 +67,12 @@ type Checkpoint struct {
 	// the node restarted since the write, so no container that held these
 	// devices is still running.
 	Rebooted bool
+	// Format is the format version of the file that was read: Version (the
+	// Store's JSON) or JournalVersion.
+	Format int
+	// TornTail, when set, reports a partial last frame of a journal: a
+	// write that never finished, left out of State.
+	TornTail *TornTail
 }
 
 // New returns a Store for the checkpoint file at path. It reads the node's
@@ -172,5 +178,6 @@ func (s *Store) Read() (*Checkpoint, error) {
 		BootID:    d.bootID,
 		WrittenAt: d.writtenAt,
 		Rebooted:  d.bootID != s.bootID,
+		Format:    Version,
 	}, nil
 }

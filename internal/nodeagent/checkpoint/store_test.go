@@ -135,7 +135,7 @@ func TestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Read() = %v", err)
 			}
-			want := &Checkpoint{State: state, BootID: bootA, WrittenAt: testNow, Rebooted: false}
+			want := &Checkpoint{State: state, BootID: bootA, WrittenAt: testNow, Rebooted: false, Format: Version}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Read() mismatch (-want +got):\n%s", diff)
 			}
@@ -162,7 +162,7 @@ func TestWriteReplacesAndStampsTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Read() = %v", err)
 	}
-	want := &Checkpoint{State: second, BootID: bootA, WrittenAt: testNow.Add(90 * time.Second)}
+	want := &Checkpoint{State: second, BootID: bootA, WrittenAt: testNow.Add(90 * time.Second), Format: Version}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Read() mismatch (-want +got):\n%s", diff)
 	}
@@ -188,7 +188,7 @@ func TestReadDetectsReboot(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Read() = %v", err)
 			}
-			want := &Checkpoint{State: testState(), BootID: bootA, WrittenAt: testNow, Rebooted: tc.wantRebooted}
+			want := &Checkpoint{State: testState(), BootID: bootA, WrittenAt: testNow, Rebooted: tc.wantRebooted, Format: Version}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Read() mismatch (-want +got):\n%s", diff)
 			}

@@ -107,7 +107,7 @@ func (s *Store) restore(e Entry) error {
 	if err := proto.Unmarshal(e.AllocResp, resp); err != nil {
 		return fmt.Errorf("decoding allocate response: %w: %w", ErrInvalidAllocation, err)
 	}
-	ca, err := newCommittedAllocation(e.DeviceIDs, resp)
+	ca, err := newCommittedAllocation(e.DeviceIDs, resp, true)
 	if err != nil {
 		return err
 	}

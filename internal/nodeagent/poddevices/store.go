@@ -176,7 +176,7 @@ func (s *Store) Reserve(podUID, container, resource string, ids ...string) error
 // and resp.
 func (s *Store) Commit(pod PodRef, container, resource string, devicesPerNUMA map[int64][]string,
 	resp *pluginapi.ContainerAllocateResponse) error {
-	ca, err := newCommittedAllocation(devicesPerNUMA, resp)
+	ca, err := newCommittedAllocation(devicesPerNUMA, resp, false)
 	if err != nil {
 		return fmt.Errorf("committing devices of %s for pod %q container %q: %w", resource, pod.UID, container, err)
 	}
@@ -255,6 +255,18 @@ func (s *Store) Devices() map[string]sets.Set[string] {
 		out[resource] = set
 	}
 	return out
+}
+
+// InUse reports whether device id of resource is committed or reserved:
+// Devices()[resource].Has(id) without copying every set.
+func (s *Store) InUse(resource, id string) bool {
+	return s.owners[resource][id] != nil
+}
+
+// InUseCount returns the number of devices of resource committed or
+// reserved.
+func (s *Store) InUseCount(resource string) int {
+	return len(s.owners[resource])
 }
 
 // ContainerDevices returns the device IDs committed to the pod's container for resource, or nil
@@ -402,8 +414,10 @@ func (s *Store) RemoveContainerAllocatedResources(podUID, container string, reus
 	}
 }
 
-// newCommittedAllocation validates and copies a commit's inputs.
-func newCommittedAllocation(devicesPerNUMA map[int64][]string, resp *pluginapi.ContainerAllocateResponse) (*committedAllocation, error) {
+// newCommittedAllocation validates and copies a commit's inputs; owned says
+// resp is the caller's to give (just decoded, as at a restore), so it is kept
+// rather than cloned.
+func newCommittedAllocation(devicesPerNUMA map[int64][]string, resp *pluginapi.ContainerAllocateResponse, owned bool) (*committedAllocation, error) {
 	if resp == nil {
 		return nil, fmt.Errorf("nil allocate response: %w", ErrInvalidAllocation)
 	}
@@ -427,10 +441,13 @@ func newCommittedAllocation(devicesPerNUMA map[int64][]string, resp *pluginapi.C
 	if err != nil {
 		return nil, err
 	}
+	if !owned {
+		resp = proto.CloneOf(resp)
+	}
 	return &committedAllocation{
 		devicesPerNUMA: perNUMA,
 		ids:            ids,
-		resp:           proto.CloneOf(resp),
+		resp:           resp,
 		raw:            raw,
 	}, nil
 }

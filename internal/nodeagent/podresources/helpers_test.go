@@ -75,7 +75,7 @@ func newCore(t testing.TB) *nodeagent.Manager {
 		t.Fatal(err)
 	}
 	cfg := nodeagent.DefaultConfig()
-	cfg.PluginDir = filepath.Join(dir, "dp")
+	cfg.PluginDir, cfg.StateDir = filepath.Join(dir, "dp"), filepath.Join(dir, "state")
 	cfg.PluginsRegistryDir = ""
 	cfg.BootIDPath = bootID
 	cfg.Registerer = prometheus.NewRegistry()

@@ -179,7 +179,7 @@ func (n *nodeAgent) start() {
 	GinkgoHelper()
 	Expect(n.stop).To(BeNil(), "the agent is running")
 	core := nodeagent.DefaultConfig()
-	core.PluginDir = n.dir
+	core.PluginDir, core.StateDir = n.dir, n.dir
 	core.PluginsRegistryDir = ""
 	core.BootIDPath = filepath.Join(n.dir, "boot_id")
 	core.Registerer = prometheus.NewRegistry()

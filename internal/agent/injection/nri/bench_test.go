@@ -86,7 +86,7 @@ func BenchmarkCorePodAllocation(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := nodeagent.DefaultConfig()
-	cfg.PluginDir = dir
+	cfg.PluginDir, cfg.StateDir = dir, dir
 	cfg.PluginsRegistryDir = ""
 	cfg.BootIDPath = filepath.Join(dir, "boot_id")
 	cfg.Registerer = prometheus.NewRegistry()

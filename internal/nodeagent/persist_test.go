@@ -315,10 +315,16 @@ func TestCorruptCheckpoint(t *testing.T) {
 		mangle func([]byte) []byte
 		reason checkpoint.CorruptReason
 	}{
-		{"bad checksum", func(b []byte) []byte { return bytes.Replace(b, []byte(`"dev1"`), []byte(`"dev9"`), 1) }, checkpoint.ReasonChecksumMismatch},
-		{"truncated", func(b []byte) []byte { return b[:len(b)/2] }, checkpoint.ReasonTruncated},
+		// The first "dev1" is in the snapshot (the registered devices).
+		{"bad checksum", func(b []byte) []byte { return bytes.Replace(b, []byte(`dev1`), []byte(`dev9`), 1) }, checkpoint.ReasonChecksumMismatch},
+		// A snapshot is renamed into place whole: one cut short is damage,
+		// not a torn write (TestTornCheckpointTail).
+		{"truncated snapshot", func(b []byte) []byte { return b[:16] }, checkpoint.ReasonTruncated},
 		{"empty", func([]byte) []byte { return nil }, checkpoint.ReasonEmpty},
-		{"unknown version", func(b []byte) []byte { return bytes.Replace(b, []byte(`"version":1`), []byte(`"version":99`), 1) }, checkpoint.ReasonUnknownVersion},
+		{"unknown version", func(b []byte) []byte { return append([]byte("KDVCKPT\x63"), b[8:]...) }, checkpoint.ReasonUnknownVersion},
+		{"version 1, bad checksum", func(b []byte) []byte {
+			return bytes.Replace(v1File(t, checkpoint.State{RegisteredDevices: map[string][]string{res1: {"dev1", "dev2"}}}), []byte(`"dev1"`), []byte(`"dev9"`), 1)
+		}, checkpoint.ReasonChecksumMismatch},
 		{"not JSON", func([]byte) []byte { return []byte("\x00\x01garbage") }, checkpoint.ReasonNotJSON},
 	}
 	for _, tc := range cases {
@@ -640,4 +646,22 @@ func TestCorruptReallocationMarks(t *testing.T) {
 	if diff := cmp.Diff(want, p.allocateCalls()); diff != "" {
 		t.Errorf("Allocate calls (-want +got):\n%s", diff)
 	}
+}
+
+// v1File is state as an agent of format version 1 wrote it.
+func v1File(t *testing.T, state checkpoint.State) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), checkpoint.DefaultFileName)
+	store, err := checkpoint.New(path, checkpoint.Options{BootIDPath: writeBootID(t, testBootID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Write(state); err != nil {
+		t.Fatal(err)
+	}
+	blob, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return blob
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,6 +26,10 @@ import (
 // run again yet (see RestoreCheckpoint).
 const reallocateSuffix = ".reallocate"
 
+// reasonTornTail labels kubedevice_checkpoint_corrupt_total for a
+// checkpoint whose last write never finished (RestoreResult.TornTail).
+const reasonTornTail = "TornTail"
+
 // errAlreadyRestored refuses a second restore: the state is live.
 var errAlreadyRestored = errors.New("the checkpoint was already restored (RestoreCheckpoint runs once, before Start)")
 
@@ -39,13 +45,24 @@ type RestoreResult struct {
 	BootID string
 	// CurrentBootID is the node's boot ID now, which the next write records.
 	CurrentBootID string
+	// TornTail, when set, reports that the checkpoint ended in a write that
+	// never finished (the agent stopped during it): what was written before
+	// it was restored, and a copy of the file was saved.
+	TornTail *checkpoint.TornTail
+	// MigratedFrom is the checkpoint in the plugin directory that was read
+	// because the state directory had none (an agent upgraded from one that
+	// kept its state there); empty otherwise.
+	MigratedFrom string
 }
 
 // defaultAllocationConfig fills in the allocation defaults of cfg and checks
 // its topology settings.
 func defaultAllocationConfig(cfg *Config) error {
+	if cfg.StateDir == "" {
+		cfg.StateDir = cfg.PluginDir
+	}
 	if cfg.CheckpointPath == "" {
-		cfg.CheckpointPath = filepath.Join(cfg.PluginDir, checkpoint.DefaultFileName)
+		cfg.CheckpointPath = filepath.Join(cfg.StateDir, checkpoint.DefaultFileName)
 	}
 	if cfg.BootIDPath == "" {
 		cfg.BootIDPath = checkpoint.DefaultBootIDPath
@@ -80,12 +97,12 @@ func defaultAllocationConfig(cfg *Config) error {
 // checkpointStoresLocked opens the checkpoint and reallocation files on
 // first use (this reads the boot ID and creates the directory). The caller
 // holds m.ckptMu.
-func (m *Manager) checkpointStoresLocked() (*checkpoint.Store, *checkpoint.Store, error) {
+func (m *Manager) checkpointStoresLocked() (*checkpoint.Journal, *checkpoint.Store, error) {
 	if m.ckptStore != nil {
 		return m.ckptStore, m.staleStore, nil
 	}
 	opts := checkpoint.Options{BootIDPath: m.cfg.BootIDPath, Clock: m.clock}
-	main, err := checkpoint.New(m.cfg.CheckpointPath, opts)
+	main, err := checkpoint.OpenJournal(m.cfg.CheckpointPath, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening device manager checkpoint: %w", err)
 	}
@@ -97,12 +114,27 @@ func (m *Manager) checkpointStoresLocked() (*checkpoint.Store, *checkpoint.Store
 	return main, stale, nil
 }
 
-// persist makes the state as of the call durable: it writes the checkpoint
-// (fsync'd) unless a write that started after the call already covered it.
-// Concurrent callers thus share writes (group commit) and never hold m.mu
-// during the disk I/O. Before the checkpoint was restored it writes nothing,
-// so a file not read yet is never overwritten.
-func (m *Manager) persist() error {
+// persist makes the state as of the call durable unless a write that
+// started after the call already covered it: concurrent callers share
+// writes (group commit: while one writes, the others queue on ckptMu, and
+// the next one writes everything they changed at once) and never hold m.mu
+// during the disk I/O. A write appends to the journal the new state of the
+// pods and resources changed since the last write (fdatasync'd); it is a
+// snapshot of the whole state instead when the journal asks for compaction,
+// when the state was replaced (restored, rebuilt, imported) and after a
+// failed write. Before the checkpoint was restored it writes nothing, so a
+// file not read yet is never overwritten.
+func (m *Manager) persist() error { return m.write(true) }
+
+// persistUnsynced is persist without waiting for the disk, for frees: the
+// frame is written (it survives the agent being killed), and the next
+// durable write, an allocation's, flushes it with its own. A free lost to a
+// power cut only keeps an ended pod's devices until the ended pods are
+// freed again (the agent does so before it starts; the node rebooted, so no
+// container runs). A snapshot is always durable.
+func (m *Manager) persistUnsynced() error { return m.write(false) }
+
+func (m *Manager) write(durable bool) error {
 	m.mu.Lock()
 	target, restored := m.stateSeq, m.restored
 	m.mu.Unlock()
@@ -111,22 +143,57 @@ func (m *Manager) persist() error {
 	}
 	m.ckptMu.Lock()
 	defer m.ckptMu.Unlock()
-	if m.ckptWritten >= target {
+	if m.ckptSynced >= target || !durable && m.ckptWritten >= target {
 		return nil
 	}
 	store, _, err := m.checkpointStoresLocked()
 	if err != nil {
 		return err
 	}
+	if m.ckptWritten >= target {
+		// Written by an unsynced write: flush it.
+		if err := store.Sync(); err != nil {
+			m.mu.Lock()
+			m.needSnapshot = true
+			m.mu.Unlock()
+			m.metrics.checkpointWrites.WithLabelValues(resultError).Inc()
+			return err
+		}
+		m.ckptSynced = m.ckptWritten
+		return nil
+	}
+	compact := store.NeedsCompaction()
 	m.mu.Lock()
-	state, seq := m.checkpointStateLocked(), m.stateSeq
+	seq := m.stateSeq
+	var state checkpoint.State
+	var batch checkpoint.Batch
+	if compact || m.needSnapshot {
+		compact, state = true, m.checkpointStateLocked()
+	} else {
+		batch = m.checkpointBatchLocked()
+	}
+	m.needSnapshot = false
+	clear(m.dirtyPods)
+	clear(m.dirtyResources)
 	m.mu.Unlock()
-	if err := store.Write(state); err != nil {
+	if compact {
+		err, durable = store.Compact(state), true
+	} else {
+		err = store.Append(batch, durable)
+	}
+	if err != nil {
+		// What was taken for this write is written by the next one, whole.
+		m.mu.Lock()
+		m.needSnapshot = true
+		m.mu.Unlock()
 		m.metrics.checkpointWrites.WithLabelValues(resultError).Inc()
 		return err
 	}
 	m.metrics.checkpointWrites.WithLabelValues(resultSuccess).Inc()
 	m.ckptWritten = seq
+	if durable {
+		m.ckptSynced = seq
+	}
 	m.mu.Lock()
 	m.ckptInfo = CheckpointInfo{BootID: store.BootID(), LastWrite: m.clock.Now()}
 	m.mu.Unlock()
@@ -155,6 +222,51 @@ func (m *Manager) checkpointStateLocked() checkpoint.State {
 	return state
 }
 
+// checkpointBatchLocked is what changed since the last write: the committed
+// entries of each changed pod and the device IDs of each changed resource,
+// copied at the cost of what changed alone.
+func (m *Manager) checkpointBatchLocked() checkpoint.Batch {
+	var b checkpoint.Batch
+	if m.dirtyPods.Len() > 0 {
+		b.Pods = make(map[string][]checkpoint.Entry, m.dirtyPods.Len())
+		for uid := range m.dirtyPods {
+			b.Pods[uid] = m.pods.PodEntries(uid)
+		}
+	}
+	for name := range m.dirtyResources {
+		r := m.resources[name]
+		if r == nil {
+			b.Unregistered = append(b.Unregistered, name)
+			continue
+		}
+		if b.Registered == nil {
+			b.Registered = make(map[string][]string)
+		}
+		b.Registered[name] = sets.List(r.registeredIDs())
+	}
+	return b
+}
+
+// podChangedLocked records that the committed allocations of a pod changed.
+func (m *Manager) podChangedLocked(uid string) {
+	m.dirtyPods.Insert(uid)
+	m.stateSeq++
+}
+
+// resourceChangedLocked records that the registered devices of a resource
+// changed, or that it was removed.
+func (m *Manager) resourceChangedLocked(name string) {
+	m.dirtyResources.Insert(name)
+	m.stateSeq++
+}
+
+// stateReplacedLocked records a change of the whole state: the next write is
+// a snapshot.
+func (m *Manager) stateReplacedLocked() {
+	m.needSnapshot = true
+	m.stateSeq++
+}
+
 // restoreEntriesLocked adds entries to the committed state and returns those
 // restored and the error of those skipped.
 func (m *Manager) restoreEntriesLocked(entries []poddevices.Entry) (restored []poddevices.Entry, err error) {
@@ -168,7 +280,7 @@ func (m *Manager) restoreEntriesLocked(entries []poddevices.Entry) (restored []p
 		resources.Insert(e.ResourceName)
 		m.podRefs[e.PodUID] = poddevices.PodRef{UID: e.PodUID, Namespace: e.PodNamespace, Name: e.PodName}
 	}
-	m.stateSeq++
+	m.stateReplacedLocked()
 	if resources.Len() > 0 {
 		m.notifyLocked(sets.List(resources)...)
 	}
@@ -213,9 +325,17 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 	}
 	res := RestoreResult{CurrentBootID: store.BootID()}
 	cp, err := store.Read()
+	source, sourceStale := store.Path(), staleStore
+	if errors.Is(err, checkpoint.ErrNotFound) && m.legacyCheckpointPath() != "" {
+		// An agent upgraded from one that kept its state in the plugin
+		// directory: read it there, then write it here and remove it.
+		cp, sourceStale, err = m.readLegacyCheckpoint()
+		source = m.legacyCheckpointPath()
+		res.MigratedFrom = source
+	}
 	if errors.Is(err, checkpoint.ErrNotFound) {
 		logger.Info("No device manager checkpoint; starting with no allocations", "path", store.Path())
-		return res, nil
+		return RestoreResult{CurrentBootID: res.CurrentBootID}, nil
 	}
 	if err != nil {
 		var cerr *checkpoint.CorruptError
@@ -227,12 +347,17 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 		}
 		return res, fmt.Errorf("restoring device manager checkpoint: %w", err)
 	}
-	res.BootID, res.Rebooted = cp.BootID, cp.Rebooted
+	res.BootID, res.Rebooted, res.TornTail = cp.BootID, cp.Rebooted, cp.TornTail
+	if t := cp.TornTail; t != nil {
+		m.metrics.checkpointCorrupt.WithLabelValues(reasonTornTail).Inc()
+		logger.Error(t.SaveErr, "The checkpoint ends in a write that never finished; restoring what was written before it",
+			"path", source, "offset", t.Offset, "tornBytes", t.Bytes, "savedCopy", t.SavedPath)
+	}
 
 	allStale := cp.Rebooted
 	var stale []poddevices.Entry
 	if !cp.Rebooted {
-		stale, allStale = m.readStaleMarks(logger, staleStore)
+		stale, allStale = m.readStaleMarks(logger, sourceStale)
 	}
 
 	m.mu.Lock()
@@ -253,12 +378,95 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 	if ferr != nil {
 		logger.Error(ferr, "Skipped allocations of the checkpoint that cannot be restored")
 	}
-	if allStale {
-		m.persistStaleLogged(logger)
+	var serr error
+	if allStale || res.MigratedFrom != "" {
+		serr = m.persistStale()
+		if serr != nil {
+			logger.Error(serr, "Writing the list of allocations to run Allocate for again")
+		}
 	}
-	logger.Info("Restored device manager checkpoint", "path", store.Path(), "pods", res.Allocations,
-		"bootID", cp.BootID, "writtenAt", cp.WrittenAt, "rebooted", cp.Rebooted)
+	if cp.Format != checkpoint.JournalVersion || cp.TornTail != nil || res.MigratedFrom != "" {
+		m.convertCheckpoint(logger, cp, res.MigratedFrom, serr)
+	}
+	logger.Info("Restored device manager checkpoint", "path", source, "pods", res.Allocations,
+		"bootID", cp.BootID, "writtenAt", cp.WrittenAt, "rebooted", cp.Rebooted, "format", cp.Format)
 	return res, nil
+}
+
+// convertCheckpoint writes the restored state at once as a snapshot of the
+// current format: a file of the previous format is converted, a torn tail
+// dropped, a checkpoint migrated from the plugin directory written to the
+// state directory and then (only once it and its reallocation file are
+// durable here, staleErr nil) removed from there. If the write fails, the
+// file read is left as it is, and the next write (or the next start) tries
+// again; nothing is lost either way.
+func (m *Manager) convertCheckpoint(logger klog.Logger, cp *checkpoint.Checkpoint, legacy string, staleErr error) {
+	m.mu.Lock()
+	m.stateReplacedLocked()
+	m.mu.Unlock()
+	if err := m.persist(); err != nil {
+		logger.Error(err, "Converting the checkpoint to the current format; the file read is kept", "format", cp.Format)
+		return
+	}
+	if legacy == "" || staleErr != nil {
+		return
+	}
+	if err := removeLegacyCheckpoint(legacy); err != nil {
+		logger.Error(err, "Removing the checkpoint migrated from the plugin directory", "path", legacy)
+		return
+	}
+	logger.Info("Moved the checkpoint out of the plugin directory", "from", legacy, "to", m.cfg.CheckpointPath)
+}
+
+// legacyCheckpointPath is where earlier versions kept the checkpoint,
+// <PluginDir>/kubedevice_checkpoint, or empty when that is CheckpointPath.
+func (m *Manager) legacyCheckpointPath() string {
+	legacy := filepath.Join(m.cfg.PluginDir, checkpoint.DefaultFileName)
+	if filepath.Clean(legacy) == filepath.Clean(m.cfg.CheckpointPath) {
+		return ""
+	}
+	return legacy
+}
+
+// readLegacyCheckpoint reads the checkpoint an agent kept in the plugin
+// directory, and returns it with the store of its reallocation file. A
+// corrupt one is quarantined there, as it would have been.
+func (m *Manager) readLegacyCheckpoint() (*checkpoint.Checkpoint, *checkpoint.Store, error) {
+	path := m.legacyCheckpointPath()
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("reading checkpoint %s: %w", path, checkpoint.ErrNotFound)
+	}
+	opts := checkpoint.Options{BootIDPath: m.cfg.BootIDPath, Clock: m.clock}
+	legacy, err := checkpoint.OpenJournal(path, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	stale, err := checkpoint.New(path+reallocateSuffix, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cp, err := legacy.Read()
+	return cp, stale, err
+}
+
+// removeLegacyCheckpoint removes the checkpoint and reallocation file of the
+// plugin directory, durably.
+func removeLegacyCheckpoint(path string) error {
+	var errs []error
+	for _, p := range []string{path, path + reallocateSuffix} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // readStaleMarks returns the allocations the reallocation file lists. If it
@@ -277,31 +485,37 @@ func (m *Manager) readStaleMarks(logger klog.Logger, staleStore *checkpoint.Stor
 	return cp.State.Entries, false
 }
 
-// persistStaleLogged writes the reallocation file: the allocations restored
-// across a reboot whose Allocate has not run again.
+// persistStaleLogged is persistStale for callers with nobody to return the
+// error to.
 func (m *Manager) persistStaleLogged(logger klog.Logger) {
+	if err := m.persistStale(); err != nil {
+		logger.Error(err, "Writing the list of allocations to run Allocate for again")
+	}
+}
+
+// persistStale writes the reallocation file: the allocations restored
+// across a reboot whose Allocate has not run again.
+func (m *Manager) persistStale() error {
 	m.ckptMu.Lock()
 	defer m.ckptMu.Unlock()
 	_, staleStore, err := m.checkpointStoresLocked()
-	if err == nil {
-		m.mu.Lock()
-		var state checkpoint.State
-		for uid, containers := range m.stale {
-			for container, resources := range containers {
-				for resource := range resources {
-					state.Entries = append(state.Entries, checkpoint.Entry{PodUID: uid, ContainerName: container, ResourceName: resource})
-				}
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	var state checkpoint.State
+	for uid, containers := range m.stale {
+		for container, resources := range containers {
+			for resource := range resources {
+				state.Entries = append(state.Entries, checkpoint.Entry{PodUID: uid, ContainerName: container, ResourceName: resource})
 			}
 		}
-		m.mu.Unlock()
-		slices.SortFunc(state.Entries, func(a, b checkpoint.Entry) int {
-			return cmp.Or(cmp.Compare(a.PodUID, b.PodUID), cmp.Compare(a.ContainerName, b.ContainerName), cmp.Compare(a.ResourceName, b.ResourceName))
-		})
-		err = staleStore.Write(state)
 	}
-	if err != nil {
-		logger.Error(err, "Writing the list of allocations to run Allocate for again")
-	}
+	m.mu.Unlock()
+	slices.SortFunc(state.Entries, func(a, b checkpoint.Entry) int {
+		return cmp.Or(cmp.Compare(a.PodUID, b.PodUID), cmp.Compare(a.ContainerName, b.ContainerName), cmp.Compare(a.ResourceName, b.ResourceName))
+	})
+	return staleStore.Write(state)
 }
 
 func (m *Manager) isStaleLocked(uid, container, resource string) bool {
