@@ -202,7 +202,7 @@ func (r *podReconciler) allocate(ctx context.Context, req reconcile.Request, pod
 	want := deviceAllocationStatus(pod, allocPtr, allocErr, current, generation, now)
 	if !deviceAllocationStatusUpToDate(current, want) {
 		da := &kdv1alpha1.DeviceAllocation{
-			ObjectMeta: metav1.ObjectMeta{Name: DeviceAllocationName(pod.Name, string(pod.UID)), Namespace: pod.Namespace},
+			ObjectMeta: metav1.ObjectMeta{Name: DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)), Namespace: pod.Namespace},
 			Status:     want,
 		}
 		if err := applyStatus(ctx, r.client, deviceAllocationGVK, da); err != nil {
@@ -239,7 +239,7 @@ func (r *podReconciler) allocated(ctx context.Context, req reconcile.Request, al
 // freshAllocation reads pod's DeviceAllocation from the API server; nil when there is none.
 func (r *podReconciler) freshAllocation(ctx context.Context, pod *corev1.Pod) (*kdv1alpha1.DeviceAllocation, error) {
 	da := &kdv1alpha1.DeviceAllocation{}
-	key := client.ObjectKey{Namespace: pod.Namespace, Name: DeviceAllocationName(pod.Name, string(pod.UID))}
+	key := client.ObjectKey{Namespace: pod.Namespace, Name: DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}
 	if err := r.apiReader.Get(ctx, key, da); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
@@ -387,7 +387,7 @@ func (r *podReconciler) waiting(ctx context.Context, resources []string) []types
 			continue
 		}
 		da := &kdv1alpha1.DeviceAllocation{}
-		err := r.client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: DeviceAllocationName(pod.Name, string(pod.UID))}, da)
+		err := r.client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}, da)
 		if err == nil && meta.IsStatusConditionTrue(da.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated) {
 			continue
 		}
@@ -412,7 +412,7 @@ func deviceAllocationMetaUpToDate(da *kdv1alpha1.DeviceAllocation, pod *corev1.P
 func newDeviceAllocation(pod *corev1.Pod) *kdv1alpha1.DeviceAllocation {
 	return &kdv1alpha1.DeviceAllocation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      DeviceAllocationName(pod.Name, string(pod.UID)),
+			Name:      DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)),
 			Namespace: pod.Namespace,
 			Labels: map[string]string{
 				kdv1alpha1.LabelNodeName: LabelValue(pod.Spec.NodeName),
