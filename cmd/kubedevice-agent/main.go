@@ -23,6 +23,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
+	"github.com/kubedevice/kubedevice/internal/allocpolicy"
 	"github.com/kubedevice/kubedevice/internal/agent/nri"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
@@ -64,6 +65,7 @@ func run() error {
 		topologyPolicy string
 		topologyScope  string
 		injection      string
+		allocatePolicy string
 		zapOpts        = zap.Options{}
 	)
 	opts.PodResources.Registerer = metrics.Registry
@@ -91,6 +93,8 @@ func run() error {
 		"Where the host's device nodes are seen in the agent's container: a device's host path (e.g. /dev/foo) is stat'ed as <root>/dev/foo for its type and numbers. Empty when the agent sees the host's /dev (privileged, or /dev mounted at /dev).")
 	flag.StringVar(&opts.PodResources.SocketPath, "pod-resources-socket", podresources.DefaultSocketPath,
 		"Unix socket on which the agent serves the kubelet's PodResources API (v1: List, Get, GetAllocatableResources) for the devices it manages, so node monitoring agents (dcgm-exporter, nfd-topology-updater) can map them to pods; the kubelet's own socket lists none of them. Its directory is created (0750) if missing. Empty disables it.")
+	flag.StringVar(&allocatePolicy, "allocate-policy", "",
+		"YAML file of the administrator's policy on device plugins' Allocate responses, per resource: allowedHostPathPrefixes, forbiddenEnvNames, forbiddenAnnotationPrefixes (docs/design.md, \"Trust model\"). Empty: only their structure is checked.")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
@@ -116,6 +120,11 @@ func run() error {
 	}
 	if opts.RuntimeInjection, err = agent.ParseRuntimeInjection(injection); err != nil {
 		return fmt.Errorf("--runtime-injection: %w", err)
+	}
+	if allocatePolicy != "" {
+		if cfg.AllocatePolicy, err = allocpolicy.Load(allocatePolicy); err != nil {
+			return fmt.Errorf("--allocate-policy: %w", err)
+		}
 	}
 	if s := opts.PodResources.SocketPath; s != "" {
 		if dir := filepath.Clean(filepath.Dir(s)); !filepath.IsAbs(s) || dir == filepath.Clean(cfg.PluginDir) ||
