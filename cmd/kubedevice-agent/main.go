@@ -23,8 +23,8 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
-	"github.com/kubedevice/kubedevice/internal/allocpolicy"
 	"github.com/kubedevice/kubedevice/internal/agent/nri"
+	"github.com/kubedevice/kubedevice/internal/allocpolicy"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"

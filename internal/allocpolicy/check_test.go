@@ -77,7 +77,10 @@ func TestCheckStructure(t *testing.T) {
 			want: []string{`devices[0].hostPath: Invalid value: "/devices/x": a device node`},
 		},
 		"permissions": {
-			edit: func(r *pluginapi.ContainerAllocateResponse) { r.Devices[0].Permissions = "rwx"; r.Devices[1].Permissions = "rr" },
+			edit: func(r *pluginapi.ContainerAllocateResponse) {
+				r.Devices[0].Permissions = "rwx"
+				r.Devices[1].Permissions = "rr"
+			},
 			want: []string{`devices[0].permissions: Invalid value: "rwx"`, `devices[1].permissions: Invalid value: "rr"`},
 		},
 		"env names": {
@@ -112,7 +115,9 @@ func TestCheckStructure(t *testing.T) {
 			want: []string{`envs[BIG]: Too long: may not be more than 32768 bytes`},
 		},
 		"response larger than MaxResponseBytes": {
-			edit: func(r *pluginapi.ContainerAllocateResponse) { r.Annotations["example.com/a"] = strings.Repeat("x", MaxResponseBytes) },
+			edit: func(r *pluginapi.ContainerAllocateResponse) {
+				r.Annotations["example.com/a"] = strings.Repeat("x", MaxResponseBytes)
+			},
 			want: []string{`response: Too long`},
 		},
 	}
