@@ -19,13 +19,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
 	"github.com/kubedevice/kubedevice/internal/agent/nri"
 	"github.com/kubedevice/kubedevice/internal/allocpolicy"
 	"github.com/kubedevice/kubedevice/internal/indexer"
+	"github.com/kubedevice/kubedevice/internal/metricsserving"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
@@ -61,6 +61,7 @@ func run() error {
 	var (
 		opts           agent.Options
 		metricsAddr    string
+		metricsSecure  bool
 		probeAddr      string
 		topologyPolicy string
 		topologyScope  string
@@ -97,6 +98,8 @@ func run() error {
 		"YAML file of the administrator's policy on device plugins' Allocate responses, per resource: allowedHostPathPrefixes, forbiddenEnvNames, forbiddenAnnotationPrefixes (docs/design.md, \"Trust model\"). Empty: only their structure is checked.")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true,
+		"Serve /metrics over HTTPS to authenticated and authorized clients only (a TokenReview and a SubjectAccessReview per scrape: get on the non-resource URL /metrics, which the ClusterRole kubedevice-metrics-reader grants); false serves plain HTTP to anyone who reaches the address.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
 		"Address the health probes (/healthz, /readyz) bind to; \"0\" disables them.")
 	// --kubeconfig is registered on flag.CommandLine by controller-runtime's config package.
@@ -153,7 +156,7 @@ func run() error {
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                metricsserving.Options(metricsAddr, metricsSecure),
 		HealthProbeBindAddress: probeAddr,
 		Cache:                  agent.CacheOptions(opts.NodeName),
 	})

@@ -343,6 +343,8 @@ func (d *dev) startController(ctx context.Context) func() (string, error) {
 			"--leader-elect=false",
 			"--agent-namespace=" + AgentNamespace,
 			"--metrics-bind-address=" + metrics,
+			// Plain HTTP on the loopback address: the demo prints the URL to curl.
+			"--metrics-secure=false",
 			"--health-probe-bind-address=" + health,
 		}
 		if err := d.startComponent(controllerName, filepath.Join(d.opts.BinDir, controllerName), args); err != nil {
@@ -368,6 +370,8 @@ func (d *dev) startAgent(ctx context.Context) func() (string, error) {
 			"--plugin-dir=" + d.l.pluginDir(),
 			"--plugins-registry-dir=" + d.l.registryDir(),
 			"--metrics-bind-address=" + metrics,
+			// Plain HTTP on the loopback address: the demo prints the URL to curl.
+			"--metrics-secure=false",
 			"--health-probe-bind-address=" + health,
 		}
 		if d.agentRTI {
