@@ -84,7 +84,12 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 			srvCtx, stop := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- srv.Start(srvCtx) }()
-			t.Cleanup(func() { stop(); <-done })
+			t.Cleanup(func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Errorf("the metrics server ended with %v", err)
+				}
+			})
 
 			scrape := func(bearer string) (int, error) {
 				req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
@@ -104,7 +109,7 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 			}
 			// The role bindings take effect once the API server's informers have them.
 			var code int
-			if err := waitFor(30*time.Second, func() error {
+			if err := waitFor(20*time.Second, func() error {
 				if code, err = scrape(prometheus); err != nil || code != http.StatusOK {
 					return fmt.Errorf("status %d: %w", code, errNotYet)
 				}
