@@ -22,12 +22,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
+	"github.com/kubedevice/kubedevice/internal/allocpolicy"
 	"github.com/kubedevice/kubedevice/internal/indexer"
+	"github.com/kubedevice/kubedevice/internal/metricsserving"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
@@ -51,11 +52,12 @@ func main() {
 
 // settings are what the command line says.
 type settings struct {
-	opts        agent.Options
-	core        nodeagent.Config
-	metricsAddr string
-	probeAddr   string
-	zap         zap.Options
+	opts          agent.Options
+	core          nodeagent.Config
+	metricsAddr   string
+	metricsSecure bool
+	probeAddr     string
+	zap           zap.Options
 }
 
 func run() error {
@@ -84,7 +86,7 @@ func run() error {
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: s.metricsAddr},
+		Metrics:                metricsserving.Options(s.metricsAddr, s.metricsSecure),
 		HealthProbeBindAddress: s.probeAddr,
 		Cache:                  agent.CacheOptions(s.opts.NodeName),
 	})
@@ -126,7 +128,7 @@ func parseFlags() (*settings, error) {
 	s := &settings{core: nodeagent.DefaultConfig()}
 	s.core.Registerer = metrics.Registry
 	s.opts.PodResources.Registerer = metrics.Registry
-	var topologyPolicy, topologyScope, injection string
+	var topologyPolicy, topologyScope, injection, allocatePolicy string
 
 	flag.StringVar(&s.opts.NodeName, "node-name", os.Getenv("NODE_NAME"),
 		"Name of the node the agent runs on (required); defaults to $NODE_NAME, set from the pod's spec.nodeName by the DaemonSet.")
@@ -154,8 +156,12 @@ func parseFlags() (*settings, error) {
 		"Where the host's device nodes are seen in the agent's container: a device's host path (e.g. /dev/foo) is stat'ed as <root>/dev/foo for its type and numbers. Empty when the agent sees the host's /dev (privileged, or /dev mounted at /dev).")
 	flag.StringVar(&s.opts.PodResources.SocketPath, "pod-resources-socket", podresources.DefaultSocketPath,
 		"Unix socket on which the agent serves the kubelet's PodResources API (v1: List, Get, GetAllocatableResources) for the devices it manages, so node monitoring agents (dcgm-exporter, nfd-topology-updater) can map them to pods; the kubelet's own socket lists none of them. Its directory is created (0750) if missing. Empty disables it.")
+	flag.StringVar(&allocatePolicy, "allocate-policy", "",
+		"YAML file of the administrator's policy on device plugins' Allocate responses, per resource: allowedHostPathPrefixes, forbiddenEnvNames, forbiddenAnnotationPrefixes (docs/design.md, \"Trust model\"). Empty: only their structure is checked.")
 	flag.StringVar(&s.metricsAddr, "metrics-bind-address", ":8080",
 		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
+	flag.BoolVar(&s.metricsSecure, "metrics-secure", true,
+		"Serve /metrics over HTTPS to authenticated and authorized clients only (a TokenReview and a SubjectAccessReview per scrape: get on the non-resource URL /metrics, which the ClusterRole kubedevice-metrics-reader grants); false serves plain HTTP to anyone who reaches the address.")
 	flag.StringVar(&s.probeAddr, "health-probe-bind-address", ":8081",
 		"Address the health probes (/healthz, /readyz) bind to; \"0\" disables them.")
 	// --kubeconfig is registered on flag.CommandLine by controller-runtime's config package.
@@ -178,9 +184,16 @@ func parseFlags() (*settings, error) {
 	if s.opts.RuntimeInjection, err = agent.ParseRuntimeInjection(injection); err != nil {
 		return nil, fmt.Errorf("--runtime-injection: %w", err)
 	}
+	if allocatePolicy != "" {
+		if s.core.AllocatePolicy, err = allocpolicy.Load(allocatePolicy); err != nil {
+			return nil, fmt.Errorf("--allocate-policy: %w", err)
+		}
+	}
 	switch err := s.opts.Validate(s.core); {
 	case errors.Is(err, agent.ErrNoNodeName):
 		return nil, errNoNodeName
+	case errors.Is(err, agent.ErrStateDir):
+		return nil, fmt.Errorf("--state-dir=%w", err)
 	case err != nil:
 		return nil, fmt.Errorf("--pod-resources-socket=%w", err)
 	}

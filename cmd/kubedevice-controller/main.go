@@ -14,11 +14,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/indexer"
+	"github.com/kubedevice/kubedevice/internal/metricsserving"
 )
 
 // The client rate limits by default: controller-runtime's, which the controller has always used.
@@ -43,6 +43,7 @@ func run() error {
 	// --kubeconfig is registered on flag.CommandLine by controller-runtime's config package.
 	var (
 		metricsAddr   string
+		metricsSecure bool
 		probeAddr     string
 		leaderElect   bool
 		leaderElectNS string
@@ -53,6 +54,8 @@ func run() error {
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true,
+		"Serve /metrics over HTTPS to authenticated and authorized clients only (a TokenReview and a SubjectAccessReview per scrape: get on the non-resource URL /metrics, which the ClusterRole kubedevice-metrics-reader grants); false serves plain HTTP to anyone who reaches the address.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
 		"Address the health probes (/healthz, /readyz) bind to; \"0\" disables them.")
 	flag.BoolVar(&leaderElect, "leader-elect", false,
@@ -96,7 +99,7 @@ func run() error {
 	cfg.QPS, cfg.Burst = float32(kubeAPIQPS), kubeAPIBurst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                       metricsserving.Options(metricsAddr, metricsSecure),
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              controller.LeaderElectionID,

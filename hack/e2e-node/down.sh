@@ -214,10 +214,12 @@ if [ -d /var/lib/cni/results ]; then
   done
 fi
 created() { [ -f "${WORK}/host/created$(echo "$1" | tr / _)" ]; }
+# mounted_under DIR: whether anything is mounted at DIR or under it.
+mounted_under() { awk -v d="$1" 'index($5, d "/") == 1 || $5 == d {found = 1} END {exit !found}' /proc/self/mountinfo; }
 if [ -z "$(our_mounts)" ]; then
   for d in ${HOST_DIRS_OWNED}; do
     if created "${d}" && [ -d "${d}" ]; then
-      if awk -v d="${d}" 'index($5, d "/") == 1 || $5 == d {found = 1} END {exit !found}' /proc/self/mountinfo; then
+      if mounted_under "${d}"; then
         warn "not removing ${d}: something is mounted under it"
       else
         log "removing ${d} (created by the cluster)"
@@ -226,6 +228,27 @@ if [ -z "$(our_mounts)" ]; then
     fi
   done
 fi
+# kubedevice's state dir as it was before up.sh: the cluster's goes, the saved one comes back.
+saved_left=0
+for d in ${HOST_DIRS_SAVED}; do
+  saved="${WORK}/host/saved$(echo "${d}" | tr / _)"
+  [ -e "${saved}" ] || continue
+  if [ -n "$(our_mounts)" ] || mounted_under "${d}"; then
+    warn "not restoring ${d} from ${saved}: something is still mounted"
+    saved_left=1
+    continue
+  fi
+  log "putting back ${d} as it was before the cluster"
+  rm -rf "${d}"
+  mv "${saved}" "${d}" || { warn "could not put back ${d} from ${saved}"; saved_left=1; }
+done
+# What the cluster created outside its directories must be gone now: say so when it is not,
+# rather than report the host restored.
+for d in ${HOST_DIRS_OWNED}; do
+  if created "${d}" && [ -e "${d}" ]; then
+    warn "${d} was created by the cluster and is still there: $(find "${d}" -mindepth 1 -maxdepth 2 2>/dev/null | head -5 | tr '\n' ' ')"
+  fi
+done
 for d in $(echo "${HOST_DIRS_SHARED}" | tr ' ' '\n' | sort -r); do
   if created "${d}" && [ -d "${d}" ]; then
     rmdir "${d}" 2>/dev/null || warn "${d} was created by up.sh but is not empty: left in place"
@@ -238,6 +261,10 @@ if [ -d "${LOGS}" ]; then
 fi
 for d in "${WORK}" "${CONTAINERD_ROOT}" "${CONTAINERD_STATE}"; do
   [ -e "${d}" ] || continue
+  if [ "${d}" = "${WORK}" ] && [ "${saved_left}" -ne 0 ]; then
+    warn "not removing ${WORK}: it holds a saved directory that could not be put back"
+    continue
+  fi
   if [ -n "$(our_mounts)" ]; then
     warn "not removing ${d}: mounts are left under our directories"
     continue

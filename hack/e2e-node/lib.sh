@@ -45,6 +45,11 @@ APISERVER=https://127.0.0.1:6443
 # /var/lib/kubelet whatever its root dir; containerd's CNI result cache; the kubedevice agent's
 # hostPath state; libmount's utab), HOST_DIRS_SHARED only when empty, deepest first.
 HOST_DIRS_OWNED="/var/lib/kubelet /var/lib/cni /var/lib/kubedevice /run/mount"
+# kubedevice's own host state (the agent's plugin sockets and checkpoint, plugins_registry,
+# pod-resources): the e2e agent must start from nothing, and must neither restore nor overwrite
+# the state of an earlier run or of another install, so up.sh moves a directory that is already
+# there into the state dir and down.sh removes the cluster's and puts it back.
+HOST_DIRS_SAVED="/var/lib/kubedevice"
 HOST_DIRS_SHARED="/etc/cni /etc/cni/net.d /var/run/nri /etc/cdi /var/run/cdi /var/log/containers /run/containerd /run/containerd/s"
 # The sysctls the kubelet sets (up.sh records the values it found; down.sh puts them back).
 KUBELET_SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops"

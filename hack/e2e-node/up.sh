@@ -56,6 +56,14 @@ for d in ${HOST_DIRS_OWNED} ${HOST_DIRS_SHARED}; do
     if [ -d "${d}" ]; then touch "${WORK}/host/existed${key}"; else touch "${WORK}/host/created${key}"; fi
   fi
 done
+for d in ${HOST_DIRS_SAVED}; do
+  key=$(echo "${d}" | tr / _)
+  if [ -e "${WORK}/host/existed${key}" ] && [ -d "${d}" ] && [ ! -e "${WORK}/host/saved${key}" ]; then
+    log "moving the existing ${d} aside to ${WORK}/host/saved${key} (down.sh puts it back)"
+    mv "${d}" "${WORK}/host/saved${key}.tmp"
+    mv "${WORK}/host/saved${key}.tmp" "${WORK}/host/saved${key}"
+  fi
+done
 
 # --- certificates and credentials ---------------------------------------------------------------
 # cert NAME SUBJECT [SAN]: a key and a certificate signed by the CA, for one year.

@@ -178,9 +178,9 @@ func NodeDeviceName(node, resource string, shard int) string {
 }
 
 // DeviceAllocationName returns the name of the DeviceAllocation of the pod named podName with UID
-// podUID (kube.DeviceAllocationName).
-func DeviceAllocationName(podName, podUID string) string {
-	return kube.DeviceAllocationName(podName, podUID)
+// podUID on node (kube.DeviceAllocationName).
+func DeviceAllocationName(node, podName, podUID string) string {
+	return kube.DeviceAllocationName(node, podName, podUID)
 }
 
 // LabelValue returns s if it is a valid label value, else a valid label value derived from it
@@ -209,7 +209,8 @@ func CacheOptions(node string) cache.Options {
 
 var errPodResourcesSocket = errors.New("want an absolute path outside the plugin directory and the plugins registry directory, whose sockets the agent treats as device plugins'")
 
-var errStateDir = errors.New("want an absolute directory other than the plugin directory, which every device plugin mounts read-write")
+// ErrStateDir is Validate's error for a state directory that is relative or the plugin directory.
+var ErrStateDir = errors.New("want an absolute directory other than the plugin directory, which every device plugin mounts read-write")
 
 // Validate checks opts against the core's configuration cfg before anything starts: the node
 // name is set, the state directory (when set) is an absolute path that is not the plugin
@@ -220,7 +221,7 @@ func (o Options) Validate(cfg nodeagent.Config) error {
 		return ErrNoNodeName
 	}
 	if d := cfg.StateDir; d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) == filepath.Clean(cfg.PluginDir)) {
-		return fmt.Errorf("state directory %q: %w", d, errStateDir)
+		return fmt.Errorf("%q: %w", d, ErrStateDir)
 	}
 	s := o.PodResources.SocketPath
 	if s == "" {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -95,6 +96,21 @@ func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 		// The agent releases it; if the agent goes first, come back then.
 		requeueAfter = agent.expiresIn
+	}
+
+	if podExists {
+		superseded, err := r.superseded(ctx, da)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if superseded {
+			err := r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
+			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+				return ctrl.Result{}, fmt.Errorf("deleting superseded DeviceAllocation %s: %w", req.NamespacedName, err)
+			}
+			logger.Info("Deleted a DeviceAllocation named before names started with their node, which the agent rewrote under its new name", "pod", da.Spec.PodName)
+			return ctrl.Result{}, nil
+		}
 	}
 
 	peers, err := r.livePeers(ctx, da)
@@ -216,4 +232,32 @@ func (r *deviceAllocationReconciler) list(ctx context.Context, opts ...client.Li
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs
+}
+
+// superseded reports whether da is named the way agents named allocations before names started
+// with their node (<node>.<...>, which the admission policy holds agents to), and its agent has
+// since written the same pod's allocation under a new name: after an upgrade the agent writes
+// only the new one, and the two would show as holding the same devices for the pod's lifetime.
+func (r *deviceAllocationReconciler) superseded(ctx context.Context, da *kdv1alpha1.DeviceAllocation) (bool, error) {
+	if hasNodeScopedName(da) {
+		return false, nil
+	}
+	list := &kdv1alpha1.DeviceAllocationList{}
+	if err := r.client.List(ctx, list, client.InNamespace(da.Namespace), client.MatchingFields{indexer.DeviceAllocationPodName: da.Spec.PodName}); err != nil {
+		return false, fmt.Errorf("listing the DeviceAllocations of pod %s/%s: %w", da.Namespace, da.Spec.PodName, err)
+	}
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.UID != da.UID && other.Spec.PodUID == da.Spec.PodUID && other.Spec.NodeName == da.Spec.NodeName &&
+			other.DeletionTimestamp.IsZero() && hasNodeScopedName(other) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// hasNodeScopedName reports whether da's name is <its node>.<a name without dots>.
+func hasNodeScopedName(da *kdv1alpha1.DeviceAllocation) bool {
+	node := da.Spec.NodeName
+	return node != "" && strings.HasPrefix(da.Name, node+".") && strings.LastIndex(da.Name, ".") == len(node)
 }

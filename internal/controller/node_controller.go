@@ -243,7 +243,7 @@ func nodeDeviceCountChanged() predicate.Predicate {
 		if !okOld || !okNew {
 			return true
 		}
-		return oldND.Status.Allocatable != newND.Status.Allocatable ||
+		return oldND.Status.Allocatable != newND.Status.Allocatable || reported(oldND) != reported(newND) ||
 			oldND.DeletionTimestamp.IsZero() != newND.DeletionTimestamp.IsZero() ||
 			controllerutil.ContainsFinalizer(oldND, NodeCapacityFinalizer) != controllerutil.ContainsFinalizer(newND, NodeCapacityFinalizer)
 	}}

@@ -21,7 +21,9 @@ import (
 // that does not hold the finalizer yet is left out, so the node keeps what it publishes until
 // every shard counts: publishing the sum of some shards would show the scheduler a count that is
 // wrong, and cost a second patch when the last finalizer lands (on a first install, one patch per
-// shard instead of one per node). A resource whose only NodeDevices are terminating is included
+// shard instead of one per node). Likewise a shard whose status the agent has not written yet
+// (the agent creates the object, then writes its status): counting its empty status published a
+// new resource as 0 and then, within a second, as its count. A resource whose only NodeDevices are terminating is included
 // (at zero) only when the node still publishes it, so a resource that never reached the node is
 // not added just to be zeroed.
 func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agentReady bool) map[corev1.ResourceName]int64 {
@@ -34,7 +36,7 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 			terminating[name] = true
 			continue
 		}
-		if !controllerutil.ContainsFinalizer(&nds[i], NodeCapacityFinalizer) {
+		if !controllerutil.ContainsFinalizer(&nds[i], NodeCapacityFinalizer) || !reported(&nds[i]) {
 			incomplete[name] = true
 			continue
 		}
@@ -133,4 +135,11 @@ func publishesZero(status corev1.NodeStatus, name corev1.ResourceName) bool {
 		}
 	}
 	return true
+}
+
+// reported reports whether the agent has written nd's status: the agent's status always names
+// the plugin's state and the generation it observed, while an object it has just created has
+// neither (the controller's own AgentReady condition does not count).
+func reported(nd *kdv1alpha1.NodeDevice) bool {
+	return nd.Status.Plugin != nil || nd.Status.ObservedGeneration > 0 || len(nd.Status.Devices) > 0
 }

@@ -18,7 +18,7 @@ func nd(name, resourceName string, allocatable int32, deleting bool, finalizers 
 	o := kdv1alpha1.NodeDevice{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: finalizers},
 		Spec:       kdv1alpha1.NodeDeviceSpec{NodeName: "n1", ResourceName: resourceName},
-		Status:     kdv1alpha1.NodeDeviceStatus{Allocatable: allocatable},
+		Status:     kdv1alpha1.NodeDeviceStatus{ObservedGeneration: 1, Allocatable: allocatable},
 	}
 	if deleting {
 		t := metav1.NewTime(testNow)
@@ -54,6 +54,15 @@ func TestDesiredCapacity(t *testing.T) {
 			},
 			agentReady: true,
 			want:       map[corev1.ResourceName]int64{gopher: 131, "example.com/other": 1},
+		},
+		"a shard whose status the agent has not written holds its resource back": {
+			nds: func() []kdv1alpha1.NodeDevice {
+				created := nd("b", "example.com/other", 0, false, NodeCapacityFinalizer)
+				created.Status = kdv1alpha1.NodeDeviceStatus{}
+				return []kdv1alpha1.NodeDevice{nd("a", gopher, 4, false, NodeCapacityFinalizer), created}
+			}(),
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{gopher: 4},
 		},
 		"agent away: every resource at zero": {
 			nds: []kdv1alpha1.NodeDevice{

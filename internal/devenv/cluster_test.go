@@ -32,6 +32,8 @@ func TestEmbeddedManifests(t *testing.T) {
 	want := []string{
 		"ValidatingAdmissionPolicy/kubedevice-agent-node-restriction",
 		"ValidatingAdmissionPolicyBinding/kubedevice-agent-node-restriction",
+		"ValidatingAdmissionPolicy/kubedevice-agent-lease",
+		"ValidatingAdmissionPolicyBinding/kubedevice-agent-lease",
 		"ValidatingAdmissionPolicy/kubedevice-controller-node-status",
 		"ValidatingAdmissionPolicyBinding/kubedevice-controller-node-status",
 		"MutatingAdmissionPolicy/kubedevice-injection-gate",

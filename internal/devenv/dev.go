@@ -363,6 +363,8 @@ func (d *dev) startController(ctx context.Context) func() (string, error) {
 			"--leader-elect=false",
 			"--agent-namespace=" + AgentNamespace,
 			"--metrics-bind-address=" + metrics,
+			// Plain HTTP on the loopback address: the demo prints the URL to curl.
+			"--metrics-secure=false",
 			"--health-probe-bind-address=" + health,
 		}
 		if err := d.startComponent(controllerName, filepath.Join(d.opts.BinDir, controllerName), args); err != nil {
@@ -389,6 +391,8 @@ func (d *dev) startAgent(ctx context.Context) func() (string, error) {
 			"--state-dir=" + d.l.stateDir(),
 			"--plugins-registry-dir=" + d.l.registryDir(),
 			"--metrics-bind-address=" + metrics,
+			// Plain HTTP on the loopback address: the demo prints the URL to curl.
+			"--metrics-secure=false",
 			"--health-probe-bind-address=" + health,
 		}
 		if d.agentRTI {

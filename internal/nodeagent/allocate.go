@@ -422,6 +422,10 @@ func (m *Manager) allocateResource(ctx context.Context, tx *allocTxn, pod *v1.Po
 		err = rpcAllocationError(ep, rq.resource, container, err)
 	case len(resp.GetContainerResponses()) == 0 || resp.GetContainerResponses()[0] == nil:
 		err = &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf(errNoContainerResponses, resp)}
+	default: // Nothing a plugin answers reaches a container unchecked (internal/allocpolicy).
+		if perr := m.cfg.AllocatePolicy.Check(rq.resource, resp.GetContainerResponses()[0]); perr != nil {
+			err = &AllocationError{Reason: AllocationAllocateFailed, Err: perr}
+		}
 	}
 
 	m.mu.Lock()

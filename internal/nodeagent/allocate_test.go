@@ -22,7 +22,9 @@ import (
 )
 
 // kubeletStubAllocate is the kubelet tests' allocateStubFunc: dev1 brings two
-// device nodes and a mount, dev2 a device node, a mount and an env.
+// device nodes and a mount, dev2 a device node, a mount and an env. The
+// kubelet's host paths are relative (host_dir1/file1); allocpolicy refuses
+// those, so they are made absolute.
 func kubeletStubAllocate(r *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
 	for _, dev := range r.GetContainerRequests()[0].GetDevicesIds() {
@@ -31,10 +33,10 @@ func kubeletStubAllocate(r *pluginapi.AllocateRequest) (*pluginapi.AllocateRespo
 			resp.Devices = append(resp.Devices,
 				&pluginapi.DeviceSpec{ContainerPath: "/dev/aaa", HostPath: "/dev/aaa", Permissions: "mrw"},
 				&pluginapi.DeviceSpec{ContainerPath: "/dev/bbb", HostPath: "/dev/bbb", Permissions: "mrw"})
-			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: "/container_dir1/file1", HostPath: "host_dir1/file1", ReadOnly: true})
+			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: "/container_dir1/file1", HostPath: "/host_dir1/file1", ReadOnly: true})
 		case "dev2":
 			resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: "/dev/ccc", HostPath: "/dev/ccc", Permissions: "mrw"})
-			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: "/container_dir1/file2", HostPath: "host_dir1/file2", ReadOnly: true})
+			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: "/container_dir1/file2", HostPath: "/host_dir1/file2", ReadOnly: true})
 			resp.Envs["key1"] = "val1"
 		}
 	}

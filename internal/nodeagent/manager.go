@@ -19,6 +19,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/kubedevice/kubedevice/internal/allocpolicy"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
@@ -93,6 +94,9 @@ type Config struct {
 	PreferredAllocationTimeout time.Duration
 	// PreStartTimeout bounds the PreStartContainer RPC; defaults to 30 s.
 	PreStartTimeout time.Duration
+	// AllocatePolicy is the administrator's policy on plugins' Allocate responses; nil checks
+	// their structure only (internal/allocpolicy).
+	AllocatePolicy *allocpolicy.Policy
 }
 
 // DefaultConfig returns the production configuration.

@@ -197,7 +197,9 @@ func installWithHelm(ctx context.Context) {
 	Expect(ok).To(BeTrue(), "image %q has no tag", image)
 	out, err := helm(ctx, "install", helmRelease, filepath.Join(repoRoot, "charts", "kubedevice"),
 		"--namespace", kubedeviceNamespace, "--create-namespace",
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never")
+		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
+		// agentMetrics goes through the API server's pod proxy, which sends no credentials.
+		"--set", "metrics.secure=false")
 	Expect(err).NotTo(HaveOccurred())
 	GinkgoWriter.Printf("helm install:\n%s", out)
 }
@@ -413,7 +415,9 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-// agentMetrics returns the agent pod's Prometheus metrics, through the API server's pod proxy.
+// agentMetrics returns the agent pod's Prometheus metrics, through the API server's pod proxy
+// (plain HTTP: both installs set --metrics-secure=false for the suite, as the proxy sends no
+// credentials).
 // The port goes by number: kube-apiserver v1.37.1 panics (nil location in the upgrade-aware
 // proxy) on a pod proxy request that names the port.
 func agentMetrics(ctx context.Context, pod *corev1.Pod) (string, error) {

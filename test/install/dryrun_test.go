@@ -291,7 +291,7 @@ func TestAgentTokenNamesItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	create := func(c client.Client, node string) error {
-		nd := testutil.MakeNodeDevice(node + "-example.com-gopher").Node(node).Obj()
+		nd := testutil.MakeNodeDevice(node + ".example-com-gopher").Node(node).Obj()
 		return c.Create(ctx, nd, client.DryRunAll)
 	}
 	// The policy and the role binding take effect once the API server's informers have them.

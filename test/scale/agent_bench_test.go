@@ -560,7 +560,7 @@ func (n *benchNode) serving(resource corev1.ResourceName, devices int) bool {
 // allocated reports whether the pod's DeviceAllocation says Allocated=True.
 func (e *agentEnv) allocated(ctx context.Context, pod *corev1.Pod) bool {
 	da := &kdv1alpha1.DeviceAllocation{}
-	key := client.ObjectKey{Namespace: pod.Namespace, Name: agent.DeviceAllocationName(pod.Name, string(pod.UID))}
+	key := client.ObjectKey{Namespace: pod.Namespace, Name: agent.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}
 	return e.admin.Get(ctx, key, da) == nil && meta.IsStatusConditionTrue(da.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated)
 }
 

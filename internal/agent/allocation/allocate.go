@@ -41,7 +41,7 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 
 	want := desiredStatus(pod, out.alloc, out.err, r.Clock.Now())
 	current, upToDate, err := kube.Fresh(ctx, r.apiReader, kube.DeviceAllocationGVK.Kind,
-		client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Name, string(pod.UID))}, cached,
+		client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}, cached,
 		func(da *kdv1alpha1.DeviceAllocation) bool {
 			return metaUpToDate(da, pod) && statusUpToDate(da, stamped(want, da, da.Generation))
 		})
@@ -113,7 +113,7 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 		return nil
 	}
 	da := &kdv1alpha1.DeviceAllocation{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.DeviceAllocationName(pod.Name, string(pod.UID)), Namespace: pod.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)), Namespace: pod.Namespace},
 		Status:     st,
 	}
 	if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, da); err != nil {
@@ -162,7 +162,7 @@ func (r *reconciler) requeue(ctx context.Context, req reconcile.Request, allocEr
 func newDeviceAllocation(pod *corev1.Pod) *kdv1alpha1.DeviceAllocation {
 	return &kdv1alpha1.DeviceAllocation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      kube.DeviceAllocationName(pod.Name, string(pod.UID)),
+			Name:      kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)),
 			Namespace: pod.Namespace,
 			Labels: map[string]string{
 				kdv1alpha1.LabelNodeName: kube.LabelValue(pod.Spec.NodeName),

@@ -308,7 +308,7 @@ func (r *reconciler) waiting(ctx context.Context, resources []string) []types.Na
 			continue
 		}
 		da := &kdv1alpha1.DeviceAllocation{}
-		err := r.client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Name, string(pod.UID))}, da)
+		err := r.client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}, da)
 		if err == nil && meta.IsStatusConditionTrue(da.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated) {
 			continue
 		}

@@ -6,7 +6,7 @@
 // serves is skipped, as the kubelet does, and the pod gets no DeviceAllocation until a plugin
 // registers it), frees those of pods that ended, disappeared or were replaced
 // (Core.UpdateAllocatedDevices with the node's active pods from the synced cache), and keeps one
-// DeviceAllocation per pod, named kube.DeviceAllocationName(pod, UID). A reconcile of an active
+// DeviceAllocation per pod, named kube.DeviceAllocationName(node, pod, UID). A reconcile of an active
 // pod reads in steps (allocate.go): allocate, compute the DeviceAllocation's status once
 // (desiredStatus), decide from the cache or else the API server whether it must be written
 // (kube.Fresh), prepare the first starts of newly allocated containers (PreStart), tell runtime

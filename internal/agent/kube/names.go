@@ -13,24 +13,42 @@ import (
 const hashLength = 10
 
 // NodeDeviceName returns the name of shard shard of the NodeDevice for resource on node:
-// <node>-<sanitized resource>-<hash>, with -<shard> appended for shards after the first. The hash
+// <node>.<sanitized resource>-<hash>, with -<shard> appended for shards after the first. The hash
 // covers the exact node and resource names, so two resources that sanitize alike never share a
-// name; the result is a DNS subdomain of at most 253 characters.
+// name; the result is a DNS subdomain of at most 253 characters when the node's name leaves room
+// (up to 241 characters; the sanitized resource is cut to fit).
+//
+// The node comes first, whole, and the rest holds no dot: a node name holds no "..", so the
+// node part of a name is everything before its last dot. The admission policy
+// kubedevice-agent-node-restriction lets an agent create only names whose node part is its own
+// node, which makes the names of one node's objects unforgeable by another node's agent.
 func NodeDeviceName(node, resource string, shard int) string {
-	suffix := "-" + shortHash(node+"\x00"+resource)
+	suffix := shortHash(node + "\x00" + resource)
 	if shard > 0 {
 		suffix += "-" + strconv.Itoa(shard)
 	}
-	return truncateName(node+"-"+sanitize(resource), validation.DNS1123SubdomainMaxLength-len(suffix)) + suffix
+	return nodeScopedName(node, sanitize(resource), suffix)
 }
 
 // DeviceAllocationName returns the name of the DeviceAllocation of the pod named podName with
-// UID podUID: the pod name, truncated if need be, and a hash of the UID. Retries for the same pod
-// always name the same object, and two pods of the same name (one deleted, one recreated) never
-// collide.
-func DeviceAllocationName(podName, podUID string) string {
-	suffix := "-" + shortHash(podUID)
-	return truncateName(podName, validation.DNS1123SubdomainMaxLength-len(suffix)) + suffix
+// UID podUID on node: <node>.<pod name, dots replaced by '-', cut to fit>-<hash of the UID>.
+// Retries for the same pod always name the same object, and two pods of the same name (one
+// deleted, one recreated) never collide. Like NodeDeviceName's, the name starts with the whole
+// node name followed by the name's only dot, which the admission policy checks.
+func DeviceAllocationName(node, podName, podUID string) string {
+	return nodeScopedName(node, sanitize(podName), shortHash(podUID))
+}
+
+// nodeScopedName returns node + "." + middle + "-" + suffix, with middle cut so that the whole
+// fits in a DNS subdomain, and left out when there is no room for it. middle and suffix hold
+// no dot.
+func nodeScopedName(node, middle, suffix string) string {
+	room := validation.DNS1123SubdomainMaxLength - len(node) - len(".") - len("-") - len(suffix)
+	middle = strings.TrimLeft(truncateName(middle, max(room, 0)), "-")
+	if middle == "" {
+		return node + "." + suffix
+	}
+	return node + "." + middle + "-" + suffix
 }
 
 // LabelValue returns s if it is a valid label value, else a valid label value derived from it: the

@@ -8,19 +8,25 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
+// nodeOfName returns the node part of a name as the admission policy reads it: everything
+// before the name's last dot, provided that the name starts with it and a dot.
+func nodeOfName(name string) string {
+	return name[:max(strings.LastIndex(name, "."), 0)]
+}
+
 func TestNodeDeviceName(t *testing.T) {
-	longNode := strings.Repeat("n", 60) + "." + strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 70)
+	longNode := strings.Repeat("n", 60) + "." + strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 20)
 	longResource := strings.Repeat("d", 60) + "." + strings.Repeat("e", 183) + "/" + strings.Repeat("F", 63)
 	cases := map[string]struct {
 		node, resource string
 		shard          int
 		wantPrefix     string
 	}{
-		"simple":         {node: "node-1", resource: "example.com/gopher", wantPrefix: "node-1-example-com-gopher-"},
-		"shard":          {node: "node-1", resource: "example.com/gopher", shard: 2, wantPrefix: "node-1-example-com-gopher-"},
-		"upper and dots": {node: "n1.zone", resource: "vendor.io/GPU_x.y", wantPrefix: "n1.zone-vendor-io-gpu-x-y-"},
-		"longest":        {node: longNode, resource: longResource, shard: 1023},
-		"node ends cut":  {node: strings.Repeat("a", 236) + ".b", resource: "example.com/gopher"},
+		"simple":         {node: "node-1", resource: "example.com/gopher", wantPrefix: "node-1.example-com-gopher-"},
+		"shard":          {node: "node-1", resource: "example.com/gopher", shard: 2, wantPrefix: "node-1.example-com-gopher-"},
+		"upper and dots": {node: "n1.zone", resource: "vendor.io/GPU_x.y", wantPrefix: "n1.zone.vendor-io-gpu-x-y-"},
+		"longest":        {node: longNode, resource: longResource, shard: 1023, wantPrefix: longNode + ".dddd"},
+		"no room":        {node: strings.Repeat("a", 236) + ".b", resource: "example.com/gopher", wantPrefix: strings.Repeat("a", 236) + ".b."},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -30,6 +36,9 @@ func TestNodeDeviceName(t *testing.T) {
 			}
 			if !strings.HasPrefix(got, tc.wantPrefix) {
 				t.Errorf("NodeDeviceName = %q, want prefix %q", got, tc.wantPrefix)
+			}
+			if n := nodeOfName(got); n != tc.node {
+				t.Errorf("NodeDeviceName = %q, whose node part is %q, want %q", got, n, tc.node)
 			}
 			if again := NodeDeviceName(tc.node, tc.resource, tc.shard); again != got {
 				t.Errorf("NodeDeviceName is not deterministic: %q then %q", got, again)
@@ -50,6 +59,7 @@ func TestNodeDeviceNameDistinguishes(t *testing.T) {
 		{"n2", "example.com/gopher", "0"},
 		{"n1-example.com", "gopher.io/x", "0"},
 		{"n1", "example.com-gopher.io/x", "0"},
+		{"n1.example", "com/gopher", "0"},
 	} {
 		got := NodeDeviceName(in[0], in[1], 0)
 		if prev, ok := names[got]; ok {
@@ -65,22 +75,30 @@ func TestNodeDeviceNameDistinguishes(t *testing.T) {
 func TestDeviceAllocationName(t *testing.T) {
 	const uid1, uid2 = "5e1c1b7a-8e63-4b4b-9d7f-1d2a3c4e5f60", "0b7d3c1e-2f4a-4c6b-8d9e-a1b2c3d4e5f6"
 	long := strings.Repeat("p", 250) + ".x"
-	for _, pod := range []string{"gpu-job", long, strings.Repeat("q", 253)} {
-		a, b := DeviceAllocationName(pod, uid1), DeviceAllocationName(pod, uid2)
-		for _, n := range []string{a, b} {
-			if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
-				t.Errorf("DeviceAllocationName(%q) = %q, not a DNS subdomain: %v", pod, n, errs)
+	for _, node := range []string{"n1", "n1.zone.example.com", strings.Repeat("n", 230)} {
+		for _, pod := range []string{"gpu-job", "gpu.job", long, strings.Repeat("q", 253)} {
+			a, b := DeviceAllocationName(node, pod, uid1), DeviceAllocationName(node, pod, uid2)
+			for _, n := range []string{a, b} {
+				if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+					t.Errorf("DeviceAllocationName(%q, %q) = %q, not a DNS subdomain: %v", node, pod, n, errs)
+				}
+				if got := nodeOfName(n); got != node {
+					t.Errorf("DeviceAllocationName(%q, %q) = %q, whose node part is %q", node, pod, n, got)
+				}
+			}
+			if a == b {
+				t.Errorf("two pods named %q with different UIDs share the name %q", pod, a)
+			}
+			if DeviceAllocationName(node, pod, uid1) != a {
+				t.Errorf("DeviceAllocationName(%q, %q) is not deterministic", node, pod)
 			}
 		}
-		if a == b {
-			t.Errorf("two pods named %q with different UIDs share the name %q", pod, a)
-		}
-		if DeviceAllocationName(pod, uid1) != a {
-			t.Errorf("DeviceAllocationName(%q) is not deterministic", pod)
-		}
 	}
-	if got := DeviceAllocationName("gpu-job", uid1); !strings.HasPrefix(got, "gpu-job-") {
-		t.Errorf("DeviceAllocationName = %q, want it to start with the pod name", got)
+	if got := DeviceAllocationName("n1", "gpu-job", uid1); !strings.HasPrefix(got, "n1.gpu-job-") {
+		t.Errorf("DeviceAllocationName = %q, want it to start with the node and pod names", got)
+	}
+	if DeviceAllocationName("n1", "p", uid1) == DeviceAllocationName("n2", "p", uid1) {
+		t.Error("the same pod on two nodes has the same name")
 	}
 }
 

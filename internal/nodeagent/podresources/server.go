@@ -24,6 +24,7 @@ import (
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
 )
 
 const (
@@ -150,13 +151,12 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := removeStaleSocket(socket); err != nil {
 		return err
 	}
-	lis, err := net.Listen("unix", socket)
+	// Mode 0600 from the start, and never unlinked by the listener: Stop removes the file
+	// itself, and only if it is still this listener's (a newer agent may have replaced it).
+	lis, err := registration.ListenUnix(socket, registration.SocketMode)
 	if err != nil {
 		return fmt.Errorf("listening on the PodResources API socket: %w", err)
 	}
-	// Stop removes the file itself, and only if it is still this listener's: a newer agent may
-	// have replaced it (the listener would unlink by name).
-	lis.(*net.UnixListener).SetUnlinkOnClose(false)
 	if s.socket, err = os.Lstat(socket); err != nil {
 		lis.Close()
 		return fmt.Errorf("reading the PodResources API socket: %w", err)

@@ -25,6 +25,19 @@ const (
 
 	// DefaultDialTimeout bounds dialing a plugin, as the kubelet's dial.
 	DefaultDialTimeout = 10 * time.Second
+	// DefaultMaxResources and DefaultMaxEndpoints cap what one node's
+	// plugins may connect (the kubelet has no cap): each endpoint holds a
+	// connection, a ListAndWatch stream and its goroutines, and each resource
+	// a NodeDevice and a key in the Node's capacity. Real nodes have a few
+	// resources and endpoints, SR-IOV or MIG layouts a few dozen.
+	DefaultMaxResources = 128
+	DefaultMaxEndpoints = 256
+	// DefaultRegistrationRate and DefaultRegistrationBurst bound
+	// registration attempts, each of which dials the plugin back: a node
+	// starting with dozens of plugins registers them at once, a plugin
+	// registering in a loop is refused with ResourceExhausted.
+	DefaultRegistrationRate  = 10
+	DefaultRegistrationBurst = 50
 	// optionsTimeout bounds GetDevicePluginOptions (the kubelet has none).
 	optionsTimeout = 10 * time.Second
 	// getInfoTimeout bounds the pluginwatcher's GetInfo call (kubelet: 1 s).
@@ -56,6 +69,15 @@ const (
 	errInvalidEndpoint = "the Endpoint %q is invalid: it must be the name of a socket file in %s"
 	// Ours: a pluginwatcher endpoint is dialed as given, so it must be absolute.
 	errWatcherBadEndpoint = "invalid endpoint of device plugin: %q is not an absolute path"
+
+	// Ours: the limits on registrations and what a plugin may name as its
+	// endpoint.
+	errRegistrationRate  = "registration of %s refused: more than %g registrations per second (burst %d) on this node; retry later"
+	errTooManyEndpoints  = "registration of %s refused: %d device plugin endpoints are connected, the most this node's agent accepts is %d"
+	errTooManyResources  = "registration of %s refused: %d resources are registered, the most this node's agent accepts is %d"
+	errEndpointOutside   = "the device plugin endpoint %q is refused: it must be a clean absolute path inside %s"
+	errEndpointSymlink   = "the device plugin endpoint %q is refused: %s is a symbolic link"
+	errEndpointNotSocket = "the device plugin endpoint %q is refused: it is not a socket"
 )
 
 // ClientID identifies one connection to a device plugin. IDs are unique for

@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
@@ -42,6 +47,17 @@ type Config struct {
 	OnRegistration func(resourceName string)
 	// DialTimeout bounds dialing a plugin. Defaults to DefaultDialTimeout.
 	DialTimeout time.Duration
+	// MaxResources bounds the resources connected at once; defaults to
+	// DefaultMaxResources.
+	MaxResources int
+	// MaxEndpoints bounds the plugin connections at once, over all
+	// resources; defaults to DefaultMaxEndpoints.
+	MaxEndpoints int
+	// RegistrationRate and RegistrationBurst bound registration attempts on
+	// both paths (a token bucket); default DefaultRegistrationRate and
+	// DefaultRegistrationBurst.
+	RegistrationRate  rate.Limit
+	RegistrationBurst int
 }
 
 // Server is the registration side of the node agent: the v1beta1
@@ -51,6 +67,7 @@ type Server struct {
 	cfg        Config
 	socketPath string
 	nextID     atomic.Uint64
+	limiter    *rate.Limiter
 
 	mu      sync.Mutex
 	started bool
@@ -97,8 +114,21 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
+	if cfg.MaxResources <= 0 {
+		cfg.MaxResources = DefaultMaxResources
+	}
+	if cfg.MaxEndpoints <= 0 {
+		cfg.MaxEndpoints = DefaultMaxEndpoints
+	}
+	if cfg.RegistrationRate <= 0 {
+		cfg.RegistrationRate = DefaultRegistrationRate
+	}
+	if cfg.RegistrationBurst <= 0 {
+		cfg.RegistrationBurst = DefaultRegistrationBurst
+	}
 	return &Server{
 		cfg:            cfg,
+		limiter:        rate.NewLimiter(cfg.RegistrationRate, cfg.RegistrationBurst),
 		socketPath:     filepath.Join(cfg.PluginDir, SocketName),
 		clients:        make(map[ClientID]*client),
 		health:         errors.New(errServerUnhealthy + ": not started"),
@@ -229,6 +259,13 @@ func (s *Server) stop() {
 			s.grpc.Stop()
 		}
 		s.serveWG.Wait()
+		// The listener does not unlink its path (ListenUnix); remove the
+		// socket if it is still ours.
+		if s.lnInfo != nil {
+			if fi, err := os.Lstat(s.socketPath); err == nil && isOurSocket(fi, s.lnInfo) {
+				_ = os.Remove(s.socketPath)
+			}
+		}
 
 		s.mu.Lock()
 		clients := make([]*client, 0, len(s.clients))
@@ -343,7 +380,7 @@ func (s *Server) ensureSocket() error {
 	if err := s.fsw.Add(dir); err != nil {
 		return fmt.Errorf("watching device plugin directory: %w", err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.socketPath, Net: "unix"})
+	ln, err := ListenUnix(s.socketPath, SocketMode)
 	if err != nil {
 		return fmt.Errorf("listening on registration socket: %w", err)
 	}
@@ -436,6 +473,16 @@ func (s *Server) connect(ctx context.Context, resource, socket string) (*client,
 		return nil, errServerStopped
 	}
 
+	if !s.limiter.Allow() {
+		return nil, status.Errorf(codes.ResourceExhausted, errRegistrationRate, resource, float64(s.cfg.RegistrationRate), s.cfg.RegistrationBurst)
+	}
+	if err := s.admit(resource, socket); err != nil {
+		return nil, err
+	}
+	if err := checkEndpoint(socket, s.cfg.PluginDir, s.cfg.PluginsRegistryDir); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
 	// The dial ends with the caller's context or when the server stops.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -485,7 +532,13 @@ func (s *Server) adopt(c *client) error {
 			return errSuperseded
 		}
 		replaced = append(replaced, other)
-		delete(s.clients, id)
+	}
+	if err := s.admitLocked(c.resource, c.socket); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	for _, other := range replaced {
+		delete(s.clients, other.id)
 	}
 	s.clients[c.id] = c
 	s.runWG.Add(1)
@@ -524,4 +577,82 @@ func (s *Server) disconnect(id ClientID) {
 	if c != nil {
 		c.close()
 	}
+}
+
+// admit refuses a registration that would connect more resources or
+// endpoints than the caps allow; one that replaces a connection of the same
+// resource and socket is always admitted.
+func (s *Server) admit(resource, socket string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.admitLocked(resource, socket)
+}
+
+func (s *Server) admitLocked(resource, socket string) error {
+	endpoints := 0
+	resources := map[string]bool{}
+	for _, c := range s.clients {
+		if c.resource == resource && c.socket == socket {
+			return nil // a replacement
+		}
+		endpoints++
+		resources[c.resource] = true
+	}
+	if endpoints >= s.cfg.MaxEndpoints {
+		return status.Errorf(codes.ResourceExhausted, errTooManyEndpoints, resource, endpoints, s.cfg.MaxEndpoints)
+	}
+	if !resources[resource] && len(resources) >= s.cfg.MaxResources {
+		return status.Errorf(codes.ResourceExhausted, errTooManyResources, resource, len(resources), s.cfg.MaxResources)
+	}
+	return nil
+}
+
+// checkEndpoint refuses a plugin socket that is not a clean absolute path
+// inside one of dirs, or that is reached through a symlink, or that is not a
+// socket: the agent dials only plugin sockets, never a socket elsewhere on
+// the node (the container runtime's, say) that a plugin names or links to.
+func checkEndpoint(socket string, dirs ...string) error {
+	if !filepath.IsAbs(socket) || filepath.Clean(socket) != socket {
+		return fmt.Errorf(errEndpointOutside, socket, joinDirs(dirs))
+	}
+	for _, dir := range dirs {
+		if dir == "" {
+			continue
+		}
+		dir = filepath.Clean(dir)
+		rel, err := filepath.Rel(dir, socket)
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+			continue
+		}
+		// Every element below the directory must be what it says, not a link.
+		p := dir
+		for _, elem := range strings.Split(rel, "/") {
+			p = filepath.Join(p, elem)
+			fi, err := os.Lstat(p)
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // The dial fails with the kubelet's error.
+			}
+			if err != nil {
+				return fmt.Errorf("checking device plugin endpoint %s: %w", socket, err)
+			}
+			if fi.Mode()&os.ModeSymlink != 0 {
+				return fmt.Errorf(errEndpointSymlink, socket, p)
+			}
+			if p == socket && fi.Mode()&os.ModeSocket == 0 {
+				return fmt.Errorf(errEndpointNotSocket, socket)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf(errEndpointOutside, socket, joinDirs(dirs))
+}
+
+func joinDirs(dirs []string) string {
+	var out []string
+	for _, d := range dirs {
+		if d != "" {
+			out = append(out, d)
+		}
+	}
+	return strings.Join(out, " or ")
 }

@@ -123,7 +123,7 @@ var _ = Describe("Node agent", func() {
 		Eventually(func() bool {
 			select {
 			case ev := <-w.ResultChan():
-				if da, ok := ev.Object.(*kdv1alpha1.DeviceAllocation); ok && da.Name == agent.DeviceAllocationName(pod.Name, string(pod.UID)) {
+				if da, ok := ev.Object.(*kdv1alpha1.DeviceAllocation); ok && da.Name == agent.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)) {
 					c := condition(da.Status.Conditions, kdv1alpha1.DeviceAllocationReleased)
 					if ev.Type == watch.Modified && c != nil && c.Status == metav1.ConditionTrue && c.Reason == kdv1alpha1.ReasonPodDeleted {
 						released = true
@@ -590,7 +590,7 @@ var _ = Describe("Node agent allocation failures", func() {
 		deletePod(first)
 		second := createPod(testutil.MakePod("job", ns).Node(n.name).Request(gopher, 2))
 		Expect(second.UID).NotTo(Equal(first.UID))
-		Expect(agent.DeviceAllocationName(second.Name, string(second.UID))).NotTo(Equal(agent.DeviceAllocationName(first.Name, string(first.UID))))
+		Expect(agent.DeviceAllocationName(second.Spec.NodeName, second.Name, string(second.UID))).NotTo(Equal(agent.DeviceAllocationName(first.Spec.NodeName, first.Name, string(first.UID))))
 		Eventually(deviceAllocation(second)).Should(HaveField("Status.Summary", string(gopher)+"=gopher-0,gopher-1"))
 		list := &kdv1alpha1.DeviceAllocationList{}
 		Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())

@@ -314,7 +314,7 @@ func deletePod(pod *corev1.Pod) {
 func deviceAllocation(pod *corev1.Pod) func() (*kdv1alpha1.DeviceAllocation, error) {
 	return func() (*kdv1alpha1.DeviceAllocation, error) {
 		da := &kdv1alpha1.DeviceAllocation{}
-		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: agent.DeviceAllocationName(pod.Name, string(pod.UID))}, da)
+		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: agent.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}, da)
 		return da, err
 	}
 }

@@ -1,16 +1,22 @@
 package controller
 
 import (
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent"
+	kdcontroller "github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
 
@@ -42,11 +48,12 @@ func expectForbidden(err error, message string) {
 
 var _ = Describe("Agent admission policy", Ordered, func() {
 	const ownWrite = "may only write objects of its own node"
+	const ownName = "may only create objects named "
 	var nodeA, nodeB, ns string
 	var asA client.Client
 
 	BeforeAll(func() {
-		By("installing the agent's RBAC and the admission policy from config/")
+		By("installing the agent's RBAC and the admission policies from config/")
 		for _, obj := range loadManifests(
 			"config/rbac/agent/role.yaml",
 			"config/rbac/agent_service_account.yaml",
@@ -66,30 +73,33 @@ var _ = Describe("Agent admission policy", Ordered, func() {
 		ns = newNamespace()
 		asA = agentClient(nodeA)
 
-		By("waiting for the policy to be in force")
+		By("waiting for the policies to be in force")
 		Eventually(func() error {
-			return asA.Create(ctx, testutil.MakeNodeDevice(nodeB+"-probe").Node(nodeB).Obj(), client.DryRunAll)
+			return asA.Create(ctx, testutil.MakeNodeDevice(nodeB+".probe").Node(nodeB).Obj(), client.DryRunAll)
 		}).Should(MatchError(ContainSubstring(ownWrite)))
+		Eventually(func() error {
+			return asA.Create(ctx, testutil.MakeLease(kdcontroller.AgentLeaseName(nodeB), agentNamespace).Obj(), client.DryRunAll)
+		}).Should(MatchError(ContainSubstring("may only write its own Lease")))
 	})
 
 	It("lets the agent create, update and delete its own node's NodeDevice", func() {
-		nd := testutil.MakeNodeDevice(nodeA+"-gopher").Node(nodeA).Devices("gopher", 2).Obj()
+		nd := testutil.MakeNodeDevice(agent.NodeDeviceName(nodeA, "example.com/gopher", 0)).Node(nodeA).Resource("example.com/gopher").Devices("gopher", 2).Obj()
 		applyAs(asA, nd)
 		Eventually(func() (int32, error) {
 			got, err := nodeDevice(nd.Name)()
 			return got.Status.Capacity, err
 		}).Should(BeEquivalentTo(2))
-		applyAs(asA, testutil.MakeNodeDevice(nodeA+"-gopher").Node(nodeA).Devices("gopher", 3).Obj())
-		Expect(asA.Delete(ctx, testutil.MakeNodeDevice(nodeA+"-gopher").Obj())).To(Succeed())
+		applyAs(asA, testutil.MakeNodeDevice(nd.Name).Node(nodeA).Resource("example.com/gopher").Devices("gopher", 3).Obj())
+		Expect(asA.Delete(ctx, testutil.MakeNodeDevice(nd.Name).Obj())).To(Succeed())
 		Eventually(isNotFound(nodeDevice(nd.Name))).Should(BeTrue())
 	})
 
 	It("refuses the agent's writes to another node's NodeDevice", func() {
 		By("create")
-		expectForbidden(tryApplyAs(asA, testutil.MakeNodeDevice(nodeB+"-gopher").Node(nodeB).Devices("gopher", 1).Obj()),
+		expectForbidden(tryApplyAs(asA, testutil.MakeNodeDevice(nodeB+".gopher").Node(nodeB).Devices("gopher", 1).Obj()),
 			"the kubedevice agent on node "+nodeA+" "+ownWrite+", not of node "+nodeB)
 
-		theirs := testutil.MakeNodeDevice(nodeB+"-theirs").Node(nodeB).Devices("gopher", 1).Obj()
+		theirs := testutil.MakeNodeDevice(nodeB+".theirs").Node(nodeB).Devices("gopher", 1).Obj()
 		applyAsAgent(theirs) // as the cluster admin
 		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, theirs))).To(Succeed()) })
 
@@ -104,23 +114,104 @@ var _ = Describe("Agent admission policy", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 	})
 
+	It("refuses an agent squatting the names another node's agent derives", func() {
+		// Node A's agent creates, under the names node B's agent will use, objects that say
+		// they are node A's, which node B's agent could then neither write nor delete.
+		const gopher = "example.com/gopher"
+		squatted := agent.NodeDeviceName(nodeB, gopher, 0)
+		expectForbidden(tryApplyAs(asA, testutil.MakeNodeDevice(squatted).Node(nodeA).Resource(gopher).Obj()),
+			"the kubedevice agent on node "+nodeA+" "+ownName+nodeA+".<name without dots>, not "+squatted)
+		// Node names that prefix one another: node A's agent cannot take a name of node
+		// "<A>.x" (whose part before the last dot is not A) nor of "<A>-x".
+		for _, other := range []string{nodeA + ".x", nodeA + "-x"} {
+			for _, name := range []string{agent.NodeDeviceName(other, gopher, 0), agent.NodeDeviceName(other, gopher, 1)} {
+				expectForbidden(tryApplyAs(asA, testutil.MakeNodeDevice(name).Node(nodeA).Resource(gopher).Obj()), ownName)
+			}
+		}
+		expectForbidden(tryApplyAs(asA, testutil.MakeNodeDevice(nodeA+"-gopher").Node(nodeA).Obj()), ownName)
+
+		By("DeviceAllocations")
+		squattedDA := agent.DeviceAllocationName(nodeB, "victim", "3c0b1f6e-0d6e-4c1a-9a43-5a3c7f1d2e4b")
+		expectForbidden(tryApplyAs(asA, testutil.MakeDeviceAllocation(squattedDA, ns).Node(nodeA).Obj()), ownName)
+		expectForbidden(tryApplyAs(asA, testutil.MakeDeviceAllocation(nodeA+"-x."+nodeB, ns).Node(nodeA).Obj()), ownName)
+		Expect(isNotFound(deviceAllocation(ns, squattedDA))()).To(BeTrue())
+
+		By("node B's agent can use its names")
+		asB := agentClient(nodeB)
+		applyAs(asB, testutil.MakeNodeDevice(squatted).Node(nodeB).Resource(gopher).Obj())
+		Expect(asB.Delete(ctx, testutil.MakeNodeDevice(squatted).Obj())).To(Succeed())
+		applyAs(asB, testutil.MakeDeviceAllocation(squattedDA, ns).Node(nodeB).Obj())
+		Expect(asB.Delete(ctx, testutil.MakeDeviceAllocation(squattedDA, ns).Obj())).To(Succeed())
+	})
+
+	It("lets the agent update and delete its objects named before names were checked", func() {
+		old := testutil.MakeNodeDevice(nodeA+"-example-com-gopher-0123456789").Node(nodeA).Devices("gopher", 1).Obj()
+		applyAsAgent(old) // as the cluster admin: created by an agent before the upgrade
+		applyAs(asA, testutil.MakeNodeDevice(old.Name).Node(nodeA).Devices("gopher", 2).Obj())
+		Expect(asA.Delete(ctx, testutil.MakeNodeDevice(old.Name).Obj())).To(Succeed())
+	})
+
 	It("applies the same rule to DeviceAllocations", func() {
-		applyAs(asA, testutil.MakeDeviceAllocation("mine", ns).Node(nodeA).Container("app", "example.com/gopher", "gopher-0").Obj())
-		expectForbidden(tryApplyAs(asA, testutil.MakeDeviceAllocation("theirs", ns).Node(nodeB).Obj()), ownWrite)
+		mine := agent.DeviceAllocationName(nodeA, "mine", "uid-mine")
+		applyAs(asA, testutil.MakeDeviceAllocation(mine, ns).Node(nodeA).Container("app", "example.com/gopher", "gopher-0").Obj())
+		expectForbidden(tryApplyAs(asA, testutil.MakeDeviceAllocation(nodeB+".theirs", ns).Node(nodeB).Obj()), ownWrite)
 
 		theirs := testutil.MakeDeviceAllocation("theirs-existing", ns).Node(nodeB).Obj()
 		applyAsAgent(theirs)
 		expectForbidden(tryApplyStatusAs(asA, theirs, map[string]any{"summary": "x"}), ownWrite)
 		expectForbidden(asA.Delete(ctx, testutil.MakeDeviceAllocation("theirs-existing", ns).Obj()), ownWrite)
-		Expect(asA.Delete(ctx, testutil.MakeDeviceAllocation("mine", ns).Obj())).To(Succeed())
+		Expect(asA.Delete(ctx, testutil.MakeDeviceAllocation(mine, ns).Obj())).To(Succeed())
 	})
 
 	It("refuses every write of an agent whose token names no node", func() {
 		noNode := agentClient("")
-		expectForbidden(tryApplyAs(noNode, testutil.MakeNodeDevice(nodeA+"-nonode").Node(nodeA).Obj()),
+		expectForbidden(tryApplyAs(noNode, testutil.MakeNodeDevice(nodeA+".nonode").Node(nodeA).Obj()),
 			"no node association found for the kubedevice agent")
-		expectForbidden(tryApplyAs(noNode, testutil.MakeDeviceAllocation("nonode", ns).Node(nodeA).Obj()),
+		expectForbidden(tryApplyAs(noNode, testutil.MakeDeviceAllocation(nodeA+".nonode", ns).Node(nodeA).Obj()),
 			"no node association found for the kubedevice agent")
+		expectForbidden(noNode.Create(ctx, testutil.MakeLease(kdcontroller.AgentLeaseName(nodeA), agentNamespace).Obj(), client.DryRunAll),
+			"no node association found for the kubedevice agent")
+	})
+
+	It("lets the agent create and renew its own node's Lease", func() {
+		lease := testutil.MakeLease(agent.LeaseName(nodeA), agentNamespace).Obj()
+		Expect(k8sClient.Delete(ctx, lease.DeepCopy())).To(Succeed()) // renewLease made it as the admin
+		Expect(asA.Create(ctx, lease)).To(Succeed())
+		lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		Expect(asA.Update(ctx, lease)).To(Succeed())
+		got := &coordinationv1.Lease{}
+		Expect(asA.Get(ctx, client.ObjectKeyFromObject(lease), got)).To(Succeed())
+	})
+
+	It("refuses the agent's writes to any other Lease", func() {
+		By("another node's agent Lease, in kubedevice's namespace")
+		theirs := &coordinationv1.Lease{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: agent.LeaseName(nodeB)}, theirs)).To(Succeed())
+		theirs.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now().Add(time.Hour)))
+		expectForbidden(asA.Update(ctx, theirs),
+			"the kubedevice agent on node "+nodeA+" may only write its own Lease kubedevice-agent-"+nodeA+", not kubedevice-agent-"+nodeB)
+		expectForbidden(asA.Delete(ctx, theirs), "") // RBAC: no delete at all
+		expectForbidden(asA.Create(ctx, testutil.MakeLease("kubedevice-agent-"+uniqueName("unknown"), agentNamespace).Obj()), "may only write its own Lease")
+		expectForbidden(asA.Create(ctx, testutil.MakeLease(kdcontroller.LeaderElectionID, agentNamespace).Obj()), "may only write its own Lease")
+
+		By("kube-system's leader election and kube-node-lease's heartbeats")
+		for _, key := range []client.ObjectKey{
+			{Namespace: metav1.NamespaceSystem, Name: "kube-scheduler"},
+			{Namespace: metav1.NamespaceSystem, Name: "kube-controller-manager"},
+			{Namespace: corev1.NamespaceNodeLease, Name: nodeA},
+			{Namespace: corev1.NamespaceNodeLease, Name: nodeB},
+		} {
+			lease := testutil.MakeLease(key.Name, key.Namespace).Obj()
+			Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, lease.DeepCopy()))).To(Succeed())
+			// Even its own Lease name, and the Lease of its own node's heartbeat.
+			expectForbidden(asA.Create(ctx, testutil.MakeLease(agent.LeaseName(nodeA), key.Namespace).Obj()), "")
+			got := &coordinationv1.Lease{}
+			err := asA.Get(ctx, key, got)
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "getting %s as the agent: %v", key, err)
+			Expect(k8sClient.Get(ctx, key, got)).To(Succeed())
+			got.Spec.HolderIdentity = ptr.To("agent-" + nodeA)
+			expectForbidden(asA.Update(ctx, got), "")
+		}
 	})
 })
 

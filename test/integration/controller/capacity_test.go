@@ -40,6 +40,24 @@ var _ = Describe("Node capacity", func() {
 		}).Should(ContainElement(kdcontroller.NodeCapacityFinalizer))
 	})
 
+	It("publishes a new resource once, at its count, not first as 0 before the agent wrote its status", func() {
+		patches := capacityPatches()
+		By("creating the NodeDevice as the agent does, without a status first")
+		Expect(k8sClient.Create(ctx, testutil.MakeNodeDevice(node+"-gopher").Node(node).Obj())).To(Succeed())
+		Eventually(func() ([]string, error) {
+			nd, err := nodeDevice(node + "-gopher")()
+			return nd.Finalizers, err
+		}).Should(ContainElement(kdcontroller.NodeCapacityFinalizer))
+		waitIdle()
+		Expect(published(node, gopher)()).To(Equal("-/-"), "the node publishes the resource before its count is known")
+
+		By("writing its status")
+		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher").Node(node).Devices("gopher", 4).Obj())
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+		waitIdle()
+		Expect(capacityPatches()-patches).To(Equal(1.0), "patches of node %s", node)
+	})
+
 	It("sums the shards of a resource and follows each shard", func() {
 		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher-0").Node(node).Shard(0).Devices("a", 3).Obj())
 		applyAsAgent(testutil.MakeNodeDevice(node+"-gopher-1").Node(node).Shard(1).Devices("b", 2).Obj())

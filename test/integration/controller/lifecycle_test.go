@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent"
 	kdcontroller "github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
@@ -82,6 +83,28 @@ var _ = Describe("DeviceAllocation audit", func() {
 		waitIdle()
 		_, err := deviceAllocation(ns, "p")()
 		Expect(err).NotTo(HaveOccurred(), "deleted although its pod exists")
+	})
+
+	It("deletes an allocation named before names started with the node once its agent rewrote it under the new name", func() {
+		renewLease(node)
+		pod := testutil.MakePod("upgraded", ns).Node(node).Request(gopher, 1).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		oldName := "upgraded-0123456789" // <pod>-<hash of the UID>, as agents named it before
+		applyAsAgent(testutil.MakeDeviceAllocation(oldName, ns).Node(node).Pod(pod.Name, string(pod.UID)).
+			Container("app", string(gopher), "gopher-0").Obj())
+		waitIdle()
+		_, err := deviceAllocation(ns, oldName)()
+		Expect(err).NotTo(HaveOccurred(), "deleted while it is the pod's only allocation")
+
+		By("the upgraded agent writing the pod's allocation under its new name")
+		newName := agent.DeviceAllocationName(node, pod.Name, string(pod.UID))
+		applyAsAgent(testutil.MakeDeviceAllocation(newName, ns).Node(node).Pod(pod.Name, string(pod.UID)).
+			Container("app", string(gopher), "gopher-0").Obj())
+		Eventually(isNotFound(deviceAllocation(ns, oldName))).Should(BeTrue())
+		Eventually(daCondition(ns, newName, kdv1alpha1.DeviceAllocationConflict)).Should(Equal("absent"))
+		waitIdle()
+		_, err = deviceAllocation(ns, newName)()
+		Expect(err).NotTo(HaveOccurred())
 	})
 
 	It("marks two live allocations holding the same device with Conflict and a Warning event, and clears it when one is released", func() {
