@@ -20,7 +20,7 @@ import (
 
 	"github.com/kubedevice/kubedevice/internal/gopher"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/pkg/deviceplugin"
 )
 

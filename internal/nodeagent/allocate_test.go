@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
 )
 
 // kubeletStubAllocate is the kubelet tests' allocateStubFunc: dev1 brings two

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
 )
 
 // ledger is the test's own record of which live pod holds which device,

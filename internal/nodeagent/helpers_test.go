@@ -15,8 +15,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
 )
 
 const (

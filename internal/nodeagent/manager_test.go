@@ -17,7 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 )
 
 func TestNewDefaults(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 )
 
 func writeBootID(t *testing.T, id string) string {

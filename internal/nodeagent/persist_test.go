@@ -16,8 +16,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
 )
 
 // restartedManager is a new, unstarted manager over the checkpoint and

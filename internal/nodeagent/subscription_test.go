@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 )
 
 func TestSubscription(t *testing.T) {

@@ -32,7 +32,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/agent"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
 

@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	testingclock "k8s.io/utils/clock/testing"
 
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 )
 
 func TestSettlingQueue(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 )
 
 func TestNewServerRejectsRelativeDir(t *testing.T) {

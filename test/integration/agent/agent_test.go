@@ -22,7 +22,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/agent"
 	kdcontroller "github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
 

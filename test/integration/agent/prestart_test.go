@@ -25,7 +25,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/agent"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri/nritest"
-	dptest "github.com/kubedevice/kubedevice/internal/nodeagent/testing"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
 

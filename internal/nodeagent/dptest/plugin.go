@@ -1,11 +1,9 @@
-// Package testing provides a stub device plugin for tests: a real gRPC
+// Package dptest provides a stub device plugin for tests: a real gRPC
 // DevicePlugin server on a unix socket that also serves the pluginwatcher
 // Registration service, so it can register directly on kubelet.sock or
 // announce itself in a plugins_registry directory. Tests push device updates,
 // end streams, inject failures and read the calls it received.
-//
-// Import it under another name, e.g. dptest.
-package testing
+package dptest
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package testing
+package dptest
 
 import (
 	"os"
