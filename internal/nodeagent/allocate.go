@@ -118,7 +118,8 @@ func isTerminal(pod *v1.Pod) bool {
 // allocation is committed and the checkpoint written (fsync'd). Containers
 // are expected in the kubelet's order (init containers first); the devices
 // of the pod's regular init containers that come before container are
-// reused, those of sidecars and app containers are not (kubelet §8.1).
+// reused, those of sidecars and app containers are not (the kubelet's
+// Allocate in devicemanager/manager.go).
 //
 // It is a transaction: the devices are reserved (no concurrent allocation
 // and no garbage collection can hand them to another pod), the plugin RPCs
@@ -477,7 +478,7 @@ func isTransientRPCError(err error) bool {
 	return false
 }
 
-// devicesToAllocateLocked is the kubelet's devicesToAllocate (§8.3), step
+// devicesToAllocateLocked is the kubelet's devicesToAllocate (devicemanager/manager.go), step
 // by step, for container of pod and required devices of resource, with the
 // topology affinity the policy chose. It returns the devices to pass to the
 // plugin's Allocate, nil if there is nothing to do, and whether this

@@ -15,9 +15,9 @@ import (
 // use its devices: the plugins' Allocate responses of its resources merged
 // with the kubelet's rules (poddevices.RunContainerOptions, deterministic;
 // conflicts are logged), or nil if it holds no device. As the kubelet's
-// (§8.6), it first calls PreStartContainer for every resource whose plugin
-// asks for it, with the container's devices, and returns the kubelet's error
-// if that fails.
+// (GetDeviceRunContainerOptions in devicemanager/manager.go), it first calls
+// PreStartContainer for every resource whose plugin asks for it, with the
+// container's devices, and returns the kubelet's error if that fails.
 //
 // A container of a pod that has not finished and is missing devices it asks
 // for (or whose allocation was restored across a node reboot) is allocated

@@ -16,7 +16,7 @@ import (
 
 // containerHintsLocked returns the NUMA topology hints of every device plugin
 // resource container asks for, as the kubelet's hint provider
-// (GetTopologyHints, §9): nil for a resource without topology (no
+// (GetTopologyHints in devicemanager/topology_hints.go): nil for a resource without topology (no
 // preference), [] when the request cannot be met, hints regenerated from the
 // devices when the container already holds them. Unknown resources are
 // left out. Hints are sorted, preferred and narrowest first.

@@ -98,7 +98,7 @@ type Conflict struct {
 }
 
 // RunContainerOptions merges the responses committed to the pod's container across its resources
-// with the kubelet's rules (§8.7) and returns the options, with the conflicts found so the caller
+// with the kubelet's rules (deviceRunContainerOptions in devicemanager/pod_devices.go) and returns the options, with the conflicts found so the caller
 // can log them. It returns nil, nil if the container has no committed allocation.
 //
 // Merge rules: environment variables and annotations are deduplicated by key, mounts and devices

@@ -5,7 +5,7 @@ package poddevices
 //
 //  I1 Exclusivity between pods. For each resource, a device ID is held by at most one pod. Inside
 //     that pod it may be held in several places at once: committed to a regular init container
-//     and reused by a later container of the same pod (kubelet §8.1), or reserved by a container
+//     and reused by a later container of the same pod (the kubelet's Allocate in devicemanager/manager.go), or reserved by a container
 //     that already has it committed. Reserve and FromEntries refuse a device another pod holds
 //     (ErrDeviceInUse); Commit only commits devices its own reservation holds.
 //  I2 Used view. Devices() is exactly the union, per resource, of every committed and every
@@ -382,7 +382,7 @@ func (s *Store) PodAndContainerForDevice(resource, id string) (podUID, container
 
 // AddContainerAllocatedResources adds the devices committed to the pod's container, per
 // resource, to reuse: the devices of a regular init container become reusable by the pod's later
-// containers (kubelet §8.1). reuse is owned by the caller and must not be nil; its sets are
+// containers (the kubelet's Allocate in devicemanager/manager.go). reuse is owned by the caller and must not be nil; its sets are
 // replaced, never modified in place.
 func (s *Store) AddContainerAllocatedResources(podUID, container string, reuse map[string]sets.Set[string]) {
 	for resource, a := range s.pods[podUID].containerResources(container) {
@@ -395,7 +395,7 @@ func (s *Store) AddContainerAllocatedResources(podUID, container string, reuse m
 
 // RemoveContainerAllocatedResources removes the devices committed to the pod's container from
 // reuse: a restartable init container (sidecar) or an app container keeps its devices, so later
-// containers must not reuse them (kubelet §8.1). A resource whose set becomes empty is removed from
+// containers must not reuse them (the kubelet's Allocate in devicemanager/manager.go). A resource whose set becomes empty is removed from
 // reuse. Its sets are replaced, never modified in place.
 func (s *Store) RemoveContainerAllocatedResources(podUID, container string, reuse map[string]sets.Set[string]) {
 	for resource, a := range s.pods[podUID].containerResources(container) {

@@ -535,7 +535,7 @@ func TestGetPodAndContainerForDevice(t *testing.T) {
 }
 
 // TestReuseHelpers replays the kubelet's TestInitContainerDeviceAllocation and
-// TestRestartableInitContainerDeviceAllocation bookkeeping (§8.1): regular init containers add
+// TestRestartableInitContainerDeviceAllocation bookkeeping (the kubelet's Allocate in devicemanager/manager.go): regular init containers add
 // their devices to the reuse pool, sidecars and app containers take theirs out.
 func TestReuseHelpers(t *testing.T) {
 	s := New()
