@@ -79,12 +79,13 @@ lint: golangci-lint ## Run golangci-lint (config in .golangci.yml).
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: manifests generate ## Regenerate everything and fail if the tree changed.
+verify: manifests generate ## Regenerate everything and fail if the tree changed, a file is unformatted or lacks the license header.
 	@if [ -n "$$(git status --porcelain -- api config charts/kubedevice/crds)" ]; then \
 		echo "Generated files are out of date; run 'make manifests generate' and commit:"; \
 		git status --porcelain -- api config charts/kubedevice/crds; git diff --stat -- api config charts/kubedevice/crds; exit 1; fi
 	@unformatted=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then \
 		echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	@hack/boilerplate.sh
 
 ##@ Test
 

@@ -1,3 +1,19 @@
+/*
+Copyright 2026 The kubedevice Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
 // Command kubedevice is kubedevice's command-line tool: `kubedevice dev` runs a local cluster with
 // the agent, the controller and the Gopher device plugin and shows them at work; `kubedevice
 // status` summarizes the devices of a cluster's nodes and who holds them; `kubedevice cleanup`
