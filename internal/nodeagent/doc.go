@@ -33,8 +33,8 @@ limitations under the License.
 //
 // When a resource's last endpoint goes away, its devices become unhealthy
 // (ReasonPluginDisconnected) and the resource stays, with nothing
-// allocatable, for Config.EndpointGracePeriod (5 min); then it is removed,
-// reported once in GetCapacity's removed list, and announced to subscribers.
+// allocatable, for Config.EndpointGracePeriod (5 min); then a timer removes
+// it, writes the checkpoint and announces it to subscribers.
 //
 // # Device state
 //
@@ -47,10 +47,10 @@ limitations under the License.
 // 32,768 devices (MaxDevicesPerResource), is rejected whole (the previous set
 // is kept), logged and counted in kubedevice_device_plugin_invalid_updates_total.
 //
-// Readers: GetCapacity (kubelet semantics, including removing expired
-// resources), GetAllocatableDevices (healthy devices with topology),
-// Snapshot/Snapshots (read-only copies for the NodeDevice mirror, devices
-// sorted by ID) and Subscribe (which resources changed, coalesced, never
+// Readers: GetAllocatableDevices (healthy devices with topology, for the
+// PodResources API), Snapshot/Snapshots (read-only copies for the NodeDevice
+// mirror, devices sorted by ID, with capacity and allocatable counted as the
+// kubelet's GetCapacity counts them) and Subscribe (which resources changed, coalesced, never
 // blocking the manager).
 //
 // # Allocation

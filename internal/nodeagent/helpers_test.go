@@ -26,7 +26,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	testingclock "k8s.io/utils/clock/testing"
@@ -115,26 +114,29 @@ func mustRegister(t testing.TB, p *dptest.Plugin, regSocket string) {
 	}
 }
 
-// counts renders GetCapacity as resource → "capacity/allocatable" ("-" when
-// allocatable is absent).
-func counts(capacity, allocatable v1.ResourceList) map[string]string {
+// counts renders the snapshots' counts as resource → "capacity/allocatable"
+// (the kubelet's GetCapacity semantics, see ResourceSnapshot).
+func (tm *testManager) counts() map[string]string {
 	out := map[string]string{}
-	for name, c := range capacity {
-		a := "-"
-		if q, ok := allocatable[name]; ok {
-			a = q.String()
-		}
-		out[string(name)] = c.String() + "/" + a
+	for _, s := range tm.Snapshots() {
+		out[s.ResourceName] = fmt.Sprintf("%d/%d", s.Capacity, s.Allocatable)
 	}
 	return out
 }
 
-func (tm *testManager) counts() map[string]string {
-	c, a, _ := tm.GetCapacity()
-	return counts(c, a)
+// waitGone waits until the manager no longer knows resource: its grace
+// period timer removed it.
+func (tm *testManager) waitGone(t testing.TB, resource string) {
+	t.Helper()
+	dptest.Eventually(t, waitTimeout, func() error {
+		if _, ok := tm.Snapshot(resource); ok {
+			return fmt.Errorf("resource %s still present", resource)
+		}
+		return nil
+	})
 }
 
-// waitCounts waits until GetCapacity reports want.
+// waitCounts waits until the snapshots' counts are want.
 func (tm *testManager) waitCounts(t testing.TB, want map[string]string) {
 	t.Helper()
 	dptest.Eventually(t, waitTimeout, func() error {

@@ -21,25 +21,23 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 )
 
 // latencyBound is generous on purpose: the target is 100 ms from the first
-// ListAndWatch message to GetCapacity, and the measurement is logged; the
+// ListAndWatch message to the device counts, and the measurement is logged; the
 // bound only catches a real regression on a loaded 2-core machine.
 const latencyBound = time.Second
 
-// waitAllocatable waits, driven by the subscription, until GetCapacity
+// waitAllocatable waits, driven by the subscription, until the snapshot
 // reports want allocatable devices for name, and returns when it saw them.
 func waitAllocatable(tb testing.TB, tm *testManager, sub *Subscription, name string, want int64) time.Time {
 	tb.Helper()
 	timeout := time.After(waitTimeout)
 	for {
-		_, allocatable, _ := tm.GetCapacity()
-		if q, ok := allocatable[v1.ResourceName(name)]; ok && q.Value() == want {
+		if s, ok := tm.Snapshot(name); ok && int64(s.Allocatable) == want {
 			return time.Now()
 		}
 		select {
@@ -52,7 +50,7 @@ func waitAllocatable(tb testing.TB, tm *testManager, sub *Subscription, name str
 }
 
 // A v1beta1 plugin that dials <plugin-dir>/kubelet.sock shows its devices in
-// GetCapacity right after its first ListAndWatch message.
+// the snapshot's counts right after its first ListAndWatch message.
 func TestRegisterToCapacityLatency(t *testing.T) {
 	tm := newTestManager(t, true)
 	sub := tm.Subscribe()
@@ -64,14 +62,14 @@ func TestRegisterToCapacityLatency(t *testing.T) {
 	visible := waitAllocatable(t, tm, sub, testResource, 2)
 	sent := p.SendTimes()[0]
 	latency := visible.Sub(sent)
-	t.Logf("first ListAndWatch message → GetCapacity: %v; Register call → GetCapacity: %v", latency, visible.Sub(registerStart))
+	t.Logf("first ListAndWatch message → counted: %v; Register call → counted: %v", latency, visible.Sub(registerStart))
 	if latency > latencyBound {
 		t.Errorf("devices visible %v after the first ListAndWatch message, want well under 100ms (bound %v)", latency, latencyBound)
 	}
 }
 
 // BenchmarkListAndWatchToCapacity measures one device update, from the
-// plugin sending it to GetCapacity showing it.
+// plugin sending it to the snapshot counting it.
 func BenchmarkListAndWatchToCapacity(b *testing.B) {
 	tm := newTestManager(b, true)
 	sub := tm.Subscribe()
@@ -98,7 +96,7 @@ func BenchmarkListAndWatchToCapacity(b *testing.B) {
 }
 
 // BenchmarkRegisterToCapacity measures a whole registration: Register,
-// dial back, options, first ListAndWatch message, visible in GetCapacity.
+// dial back, options, first ListAndWatch message, counted in the snapshot.
 func BenchmarkRegisterToCapacity(b *testing.B) {
 	tm := newTestManager(b, true)
 	sub := tm.Subscribe()

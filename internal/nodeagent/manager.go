@@ -28,8 +28,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -151,9 +149,6 @@ type Manager struct {
 	// mu guards the device state.
 	mu        sync.Mutex
 	resources map[string]*resourceState
-	// removed holds resources removed since the last GetCapacity, which
-	// reports them once.
-	removed sets.Set[string]
 
 	subsMu sync.Mutex
 	subs   map[*Subscription]struct{}
@@ -233,7 +228,6 @@ func New(cfg Config) (*Manager, error) {
 		metrics:   newMetrics(),
 		logger:    klog.Background(),
 		resources: make(map[string]*resourceState),
-		removed:   sets.New[string](),
 		subs:      make(map[*Subscription]struct{}),
 		numaNodes: numaNodes,
 		pods:      poddevices.New(),
@@ -348,49 +342,11 @@ func (m *Manager) RestoreRegisteredResources(registered map[string][]string) {
 			}
 		}
 		m.resources[name] = r
-		m.removed.Delete(name)
 		m.scheduleRemovalLocked(r)
 		m.metrics.setResource(r)
 		m.notifyLocked(name)
 		m.logger.V(2).Info("Restored device plugin resource from checkpoint", "resourceName", name, "devices", len(r.awaiting))
 	}
-}
-
-// GetCapacity returns, per resource, the number of devices (capacity) and of
-// healthy devices (allocatable), and the resources removed since the last
-// call, as the kubelet's GetCapacity:
-//
-//	plugin connected, H healthy + U unhealthy   H+U / H
-//	no plugin, within the grace period          H+U / 0 (all unhealthy)
-//	no plugin, grace period over                absent, listed in removed once
-//	restored from checkpoint, plugin not back   0 / 0
-//	connected, no ListAndWatch message yet      0 / 0
-//
-// Like the kubelet's it has a side effect: it removes the resources whose
-// grace period is over (a timer does too, so removal does not wait for a
-// caller). Unlike the kubelet's (#133702), removal drops the whole resource
-// state at once. removed is sorted; the node status must set an explicit 0
-// for those resources.
-//
-// Cordoned devices (SetCordons) are counted in capacity, not in allocatable.
-func (m *Manager) GetCapacity() (capacity, allocatable v1.ResourceList, removed []string) {
-	m.mu.Lock()
-	expired := m.removeExpiredLocked(m.clock.Now())
-	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
-	for name, r := range m.resources {
-		capacity[v1.ResourceName(name)] = *resource.NewQuantity(int64(r.healthy.Len()+r.unhealthy.Len()), resource.DecimalSI)
-		allocatable[v1.ResourceName(name)] = *resource.NewQuantity(int64(m.allocatableCountLocked(r)), resource.DecimalSI)
-	}
-	if m.removed.Len() > 0 {
-		removed = sets.List(m.removed)
-		m.removed = sets.New[string]()
-	}
-	logger := m.logger
-	m.mu.Unlock()
-	if expired {
-		m.persistLogged(logger)
-	}
-	return capacity, allocatable, removed
 }
 
 // DeviceInstances are devices by ID.
@@ -487,7 +443,6 @@ func (m *Manager) removeExpiredLocked(now time.Time) bool {
 		}
 		r.stopGraceTimer()
 		delete(m.resources, name)
-		m.removed.Insert(name)
 		m.metrics.deleteResource(name)
 		m.notifyLocked(name)
 		m.resourceChangedLocked(name)
@@ -551,7 +506,6 @@ func (m *Manager) pluginConnected(ctx context.Context, p registration.DevicePlug
 	if r == nil {
 		r = newResourceState(name)
 		m.resources[name] = r
-		m.removed.Delete(name)
 	}
 	if old := r.endpoints[socket]; old != nil {
 		if old.clientID > p.ID() {

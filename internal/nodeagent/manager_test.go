@@ -30,7 +30,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/status"
-	v1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
@@ -232,17 +231,13 @@ func TestUpdateCapacityAllocatable(t *testing.T) {
 		},
 		wantCounts: map[string]string{res1: "2/0", res2: "3/1"},
 	}, {
-		name: "an expired endpoint is removed and reported once",
+		name: "an expired endpoint is removed",
 		do: func(t *testing.T) {
 			h.PluginDisconnected(ctx, p1, nil)
 			tm.clock.Step(DefaultEndpointGracePeriod + 10*time.Second)
 		},
 		wantCounts:  map[string]string{res2: "3/1"},
 		wantRemoved: []string{res1},
-	}, {
-		name:       "removed is reported only once",
-		do:         func(*testing.T) {},
-		wantCounts: map[string]string{res2: "3/1"},
 	}, {
 		name: "a disconnected resource keeps its capacity with nothing allocatable",
 		do: func(t *testing.T) {
@@ -252,12 +247,11 @@ func TestUpdateCapacityAllocatable(t *testing.T) {
 	}}
 	for _, s := range steps {
 		s.do(t)
-		capacity, allocatable, removed := tm.GetCapacity()
-		if diff := cmp.Diff(s.wantCounts, counts(capacity, allocatable)); diff != "" {
-			t.Errorf("%s: capacity/allocatable (-want +got):\n%s", s.name, diff)
+		for _, name := range s.wantRemoved {
+			tm.waitGone(t, name)
 		}
-		if diff := cmp.Diff(s.wantRemoved, removed); diff != "" {
-			t.Errorf("%s: removed (-want +got):\n%s", s.name, diff)
+		if diff := cmp.Diff(s.wantCounts, tm.counts()); diff != "" {
+			t.Errorf("%s: capacity/allocatable (-want +got):\n%s", s.name, diff)
 		}
 	}
 
@@ -377,12 +371,8 @@ func TestStreamEndThenGracePeriod(t *testing.T) {
 	if _, ok := tm.Snapshot(testResource); ok {
 		t.Error("resource still present after the grace period")
 	}
-	capacity, allocatable, removed := tm.GetCapacity()
-	if diff := cmp.Diff(map[string]string{}, counts(capacity, allocatable)); diff != "" {
+	if diff := cmp.Diff(map[string]string{}, tm.counts()); diff != "" {
 		t.Errorf("after the grace period (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{testResource}, removed); diff != "" {
-		t.Errorf("removed (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{dptest.CallGetDevicePluginOptions, dptest.CallListAndWatch}, p.Calls()); diff != "" {
 		t.Errorf("ListAndWatch must not be retried; calls (-want +got):\n%s", diff)
@@ -406,10 +396,7 @@ func TestListAndWatchFailsImmediately(t *testing.T) {
 		t.Errorf("capacity/allocatable (-want +got):\n%s", diff)
 	}
 	tm.clock.Step(DefaultEndpointGracePeriod)
-	_, _, removed := tm.GetCapacity()
-	if diff := cmp.Diff([]string{testResource}, removed); diff != "" {
-		t.Errorf("removed (-want +got):\n%s", diff)
-	}
+	tm.waitGone(t, testResource)
 	if diff := cmp.Diff([]string{dptest.CallGetDevicePluginOptions, dptest.CallListAndWatch}, p.Calls()); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
@@ -495,7 +482,7 @@ func TestSocketDeletedPluginReRegisters(t *testing.T) {
 	})
 }
 
-// sampleAllocatable polls GetCapacity until stopped and returns the lowest
+// sampleAllocatable polls the snapshot of name until stopped and returns the lowest
 // allocatable it saw for name (-1 for absent).
 func sampleAllocatable(tm *testManager, name string) (stop func(), lowest func() int64) {
 	var (
@@ -513,10 +500,9 @@ func sampleAllocatable(tm *testManager, name string) (stop func(), lowest func()
 				return
 			default:
 			}
-			_, allocatable, _ := tm.GetCapacity()
 			v := int64(-1)
-			if q, ok := allocatable[v1.ResourceName(name)]; ok {
-				v = q.Value()
+			if s, ok := tm.Snapshot(name); ok {
+				v = int64(s.Allocatable)
 			}
 			if v < min.Load() {
 				min.Store(v)
@@ -711,8 +697,5 @@ func TestRestoreRegisteredResources(t *testing.T) {
 
 	// The resource whose plugin never came back goes after the grace period.
 	tm.clock.Step(DefaultEndpointGracePeriod)
-	_, _, removed := tm.GetCapacity()
-	if diff := cmp.Diff([]string{"example.com/gone"}, removed); diff != "" {
-		t.Errorf("removed (-want +got):\n%s", diff)
-	}
+	tm.waitGone(t, "example.com/gone")
 }

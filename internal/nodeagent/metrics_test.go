@@ -67,7 +67,7 @@ kubedevice_devices{health="Unhealthy",resource_name="example.com/gopher"} 1
 	p.Stop()
 	tm.waitCounts(t, map[string]string{testResource: "3/0"})
 	tm.clock.Step(DefaultEndpointGracePeriod)
-	tm.GetCapacity()
+	tm.waitGone(t, testResource)
 	for _, name := range []string{"kubedevice_device_plugin_connected", "kubedevice_devices"} {
 		if n, err := testutil.GatherAndCount(tm.registry, name); err != nil || n != 0 {
 			t.Errorf("%s series after removal = %d, %v; want 0", name, n, err)

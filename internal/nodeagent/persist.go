@@ -709,6 +709,10 @@ func responseFromOptions(o *poddevices.RunContainerOptions) *pluginapi.Container
 // allocations have empty ones (in PodAllocations and holders) until they
 // end. The kubelet's file is never moved or modified. Allocations that
 // conflict with the manager's own are skipped and reported in the error.
+//
+// No production caller yet: it and the kubelet-format reader are kept for
+// observe mode (which reads the kubelet's checkpoint) and for moving a node's
+// plugins from the kubelet to the agent.
 func (m *Manager) ImportKubeletCheckpoint(path string) error {
 	state, err := checkpoint.ReadKubeletFile(path)
 	if err != nil {

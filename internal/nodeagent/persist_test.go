@@ -618,7 +618,6 @@ func TestCheckpointWrites(t *testing.T) {
 	tm.waitCounts(t, map[string]string{res1: "3/0"})
 	n = writes()
 	tm.clock.Step(DefaultEndpointGracePeriod)
-	tm.GetCapacity()
 	dptest.Eventually(t, waitTimeout, func() error {
 		if got := registered(t); len(got) != 0 {
 			return errors.New("the removed resource is still in the checkpoint")

@@ -124,7 +124,7 @@ func resourceAllocation(e poddevices.Entry) ResourceAllocation {
 
 // SetCordons replaces the cordoned devices of resource with ids (none: no
 // cordon). A cordoned device is never allocated and is not counted as
-// allocatable (GetCapacity, GetAllocatableDevices, snapshots); a device
+// allocatable (GetAllocatableDevices, snapshots); a device
 // already allocated stays with its container. Cordons may name devices or
 // resources the manager does not know (yet); they apply when they appear.
 // Cordons are not checkpointed: set them before Start.

@@ -50,9 +50,15 @@ type ResourceSnapshot struct {
 	// Options of the endpoint that serves RPCs (zero for a resource restored
 	// from the checkpoint).
 	Options PluginOptions
-	// Capacity and Allocatable are what GetCapacity reports: all reported
-	// devices, and the healthy ones that are not cordoned. Devices awaiting
-	// their plugin are not counted.
+	// Capacity and Allocatable have the semantics of the kubelet's
+	// GetCapacity: all reported devices, and the healthy ones that are not
+	// cordoned. Devices awaiting their plugin are not counted:
+	//
+	//	plugin connected, H healthy + U unhealthy   H+U / H
+	//	no plugin, within the grace period          H+U / 0 (all unhealthy)
+	//	no plugin, grace period over                no snapshot (removed)
+	//	restored from checkpoint, plugin not back   0 / 0
+	//	connected, no ListAndWatch message yet      0 / 0
 	Capacity    int
 	Allocatable int
 	// Allocated is the number of Devices held by a container (with a

@@ -31,7 +31,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/testing/protocmp"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -57,12 +56,8 @@ func TestDirectRegistration(t *testing.T) {
 		t.Errorf("SocketPath() = %q, want %q", p.SocketPath(), socket)
 	}
 	waitForView(t, m, registered(socket, nodeagent.PluginOptions{PreStartRequired: true}, "gopher-0=Healthy", "gopher-1=Unhealthy"))
-	capacity, allocatable, _ := m.GetCapacity()
-	if got := capacity[testResource]; got.Cmp(resource.MustParse("2")) != 0 {
-		t.Errorf("capacity = %s, want 2", got.String())
-	}
-	if got := allocatable[testResource]; got.Cmp(resource.MustParse("1")) != 0 {
-		t.Errorf("allocatable = %s, want 1", got.String())
+	if s, ok := m.Snapshot(testResource); !ok || s.Capacity != 2 || s.Allocatable != 1 {
+		t.Errorf("capacity/allocatable = %d/%d (known %t), want 2/1", s.Capacity, s.Allocatable, ok)
 	}
 	waitForStatus(t, p, "one registration and one stream, serving", func(s deviceplugin.Status) bool {
 		return s.Registrations == 1 && s.Streams == 1 && s.LastError == nil && s.Serving

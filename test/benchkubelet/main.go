@@ -308,9 +308,8 @@ func runKubedevice(w workload, cycles int, scratch string) (result, error) {
 	}
 	defer func() { _ = stub.Stop(klog.Background()) }()
 	if err := waitFor("kubedevice's capacity", func() bool {
-		_, alloc, _ := m.GetCapacity()
-		q := alloc[resourceName]
-		return q.Value() == int64(w.devices)
+		s, ok := m.Snapshot(resourceName)
+		return ok && s.Allocatable == w.devices
 	}); err != nil {
 		return result{}, err
 	}
