@@ -406,6 +406,8 @@ func (d *dev) startAgent(ctx context.Context) func() (string, error) {
 			"--plugin-dir=" + d.l.pluginDir(),
 			"--state-dir=" + d.l.stateDir(),
 			"--plugins-registry-dir=" + d.l.registryDir(),
+			// The dev cluster's own, not the host's /var/lib/kubedevice/pod-resources.
+			"--pod-resources-socket=" + d.l.podResourcesSocket(),
 			"--metrics-bind-address=" + metrics,
 			// Plain HTTP on the loopback address: the demo prints the URL to curl.
 			"--metrics-secure=false",

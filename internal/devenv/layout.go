@@ -85,6 +85,12 @@ func (l layout) registryDir() string  { return filepath.Join(l.runDir, "plugins_
 func (l layout) stateDir() string     { return filepath.Join(l.workDir, "state") }
 func (l layout) lockPath() string     { return filepath.Join(l.workDir, ".lock") }
 
+// podResourcesSocket is the agent's PodResources socket: the dev cluster's own, never the host's
+// default /var/lib/kubedevice/pod-resources. It fits wherever the plugin sockets fit.
+func (l layout) podResourcesSocket() string {
+	return filepath.Join(l.runDir, "pod-resources", "kubelet.sock")
+}
+
 func (l layout) logPath(name string) string { return filepath.Join(l.logsDir(), name+".log") }
 
 // lock takes an exclusive lock on the work directory for the life of the process (the kernel
