@@ -117,6 +117,18 @@ plugin-test-kubelet-stub: ## Build the kubelet's own stub device plugin (test/ku
 	$(PLUGIN_TEST_BIN)/kubedevice plugin test --junit $(PLUGIN_TEST_BIN)/kubelet-stub.xml \
 		--health-change-cmd 'kill -USR1 "$$KUBEDEVICE_PLUGIN_PID"' -- $(PLUGIN_TEST_BIN)/kubeletstub --plugin-dir={plugin-dir}
 
+# fuzz: how long each fuzz target explores; their seeds (and testdata/fuzz) run in make test.
+FUZZTIME ?= 60s
+
+.PHONY: fuzz
+fuzz: ## Run every native Go fuzz target for FUZZTIME each (default 60s); a failing input is written to the package's testdata/fuzz and then runs as a seed in make test.
+	@set -e; for pkg in $$(go list ./...); do \
+		for target in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$target ($(FUZZTIME))"; \
+			go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
 .PHONY: bench
 bench: envtest-assets ## Run the benchmarks (allocation latency, checkpoint writes, hint generation, ...); the controller at scale is `make bench-scale`.
 	go test -run '^$$' -bench . -benchmem $(UNIT_PACKAGES)

@@ -337,6 +337,7 @@ func decodeJournal(blob []byte) (*journalDecoded, error) {
 			return nil, corrupt(ReasonUnknownFormat, "frame at offset %d is of kind %d, not a batch", off, k)
 		}
 		at := time.Unix(0, d.varint()).UTC()
+		b := Batch{Pods: make(map[string][]Entry), Registered: make(map[string][]string)}
 		for range d.count() {
 			uid := d.str()
 			n := d.count()
@@ -344,18 +345,30 @@ func decodeJournal(blob []byte) (*journalDecoded, error) {
 			for range n {
 				entries = append(entries, d.entry())
 			}
+			b.Pods[uid] = entries
+		}
+		d.registered(b.Registered)
+		for range d.count() {
+			b.Unregistered = append(b.Unregistered, d.str())
+		}
+		if err := frameEnd(d); err != nil {
+			return nil, corrupt(ReasonUnknownFormat, "frame at offset %d: %w", off, err)
+		}
+		// What the writer refuses to append (Append validates), the reader refuses to apply:
+		// e.g. entries filed under another pod's UID would survive a compaction in another order.
+		if err := b.validate(); err != nil {
+			return nil, &decodeError{reason: ReasonInvalidData, err: fmt.Errorf("frame at offset %d: %w", off, err)}
+		}
+		for uid, entries := range b.Pods {
 			if len(entries) == 0 {
 				delete(pods, uid)
 			} else {
 				pods[uid] = entries
 			}
 		}
-		d.registered(registered)
-		for range d.count() {
-			delete(registered, d.str())
-		}
-		if err := frameEnd(d); err != nil {
-			return nil, corrupt(ReasonUnknownFormat, "frame at offset %d: %w", off, err)
+		maps.Copy(registered, b.Registered)
+		for _, r := range b.Unregistered {
+			delete(registered, r)
 		}
 		out.writtenAt = at
 	}
