@@ -48,7 +48,7 @@ const insufficientEvent = "0/1 nodes are available: 1 Insufficient example.com/g
 func goodDemo() Observed {
 	return Observed{
 		NodeDevices: table(nodeDeviceColumns,
-			[]any{"demo-node-example-com-gopher-fc66492a18", "demo-node", "example.com/gopher", int64(1), int64(1), int64(1), int64(0), "Registered", "1s"}),
+			[]any{"demo-node.example-com-gopher-fc66492a18", "demo-node", "example.com/gopher", int64(1), int64(1), int64(1), int64(0), "Registered", "1s"}),
 		Allocations: table(allocationColumns,
 			[]any{"gopher-pod-1da3f52233", "gopher-pod", "demo-node", "example.com/gopher=gopher-0", "True", "0s"}),
 		Pods: table(podColumns,
@@ -71,7 +71,7 @@ func TestCheckDemo(t *testing.T) {
 		},
 		"nothing allocated on the NodeDevice": {
 			change: func(o *Observed) { o.NodeDevices.Rows[0].Cells[5] = int64(0) },
-			want:   []string{`NodeDevice demo-node-example-com-gopher-fc66492a18: ALLOCATED is "0", want "1"`},
+			want:   []string{`NodeDevice demo-node.example-com-gopher-fc66492a18: ALLOCATED is "0", want "1"`},
 		},
 		"plugin disconnected and device unhealthy": {
 			change: func(o *Observed) {
@@ -80,9 +80,9 @@ func TestCheckDemo(t *testing.T) {
 				o.NodeDevices.Rows[0].Cells[7] = "Disconnected"
 			},
 			want: []string{
-				`NodeDevice demo-node-example-com-gopher-fc66492a18: ALLOCATABLE is "0", want "1"`,
-				`NodeDevice demo-node-example-com-gopher-fc66492a18: UNHEALTHY is "1", want "0"`,
-				`NodeDevice demo-node-example-com-gopher-fc66492a18: PLUGIN is "Disconnected", want "Registered"`,
+				`NodeDevice demo-node.example-com-gopher-fc66492a18: ALLOCATABLE is "0", want "1"`,
+				`NodeDevice demo-node.example-com-gopher-fc66492a18: UNHEALTHY is "1", want "0"`,
+				`NodeDevice demo-node.example-com-gopher-fc66492a18: PLUGIN is "Disconnected", want "Registered"`,
 			},
 		},
 		"no NodeDevice": {

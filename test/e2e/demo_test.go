@@ -253,13 +253,13 @@ func TestDemo(t *testing.T) {
 		checkOutput(t, out.String(), append(wantLines,
 			`^Starting plugin-1 \.+ +[0-9.]+s +example\.com/author: 2 devices, 2 allocatable$`,
 			`^Creating plugin-pod-1 \.+ +[0-9.]+s +asks for one example\.com/author: bound to demo-node, holds example\.com/author/a-[01]$`,
-			`^demo-node-example-com-author-[0-9a-f]+ +demo-node +example\.com/author +2 +2 +1 +0 +Registered +\d+s$`,
-			`^default +plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/author=a-[01] +True +\d+s$`,
+			`^demo-node\.example-com-author-[0-9a-f]+ +demo-node +example\.com/author +2 +2 +1 +0 +Registered +\d+s$`,
+			`^default +demo-node\.plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/author=a-[01] +True +\d+s$`,
 			`^plugin-pod-1 +0/1 +Pending +0 +\d+s +<none> +demo-node +<none> +<none>$`,
 			`^Registering plugin-2 \(a running plugin\) \.+ +[0-9.]+s +example\.com/running: 1 devices, 1 allocatable$`,
 			`^Creating plugin-pod-2 \.+ +[0-9.]+s +asks for one example\.com/running: bound to demo-node, holds example\.com/running/r-0$`,
-			`^demo-node-example-com-running-[0-9a-f]+ +demo-node +example\.com/running +1 +1 +1 +0 +Registered +\d+s$`,
-			`^default +plugin-pod-2-[0-9a-f]+ +plugin-pod-2 +demo-node +example\.com/running=r-0 +True +\d+s$`,
+			`^demo-node\.example-com-running-[0-9a-f]+ +demo-node +example\.com/running +1 +1 +1 +0 +Registered +\d+s$`,
+			`^default +demo-node\.plugin-pod-2-[0-9a-f]+ +plugin-pod-2 +demo-node +example\.com/running=r-0 +True +\d+s$`,
 			`^Checked: gopher-pod is bound to demo-node and holds gopher-0`,
 		))
 		checkStopped(t, workDir)
