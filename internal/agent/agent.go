@@ -81,7 +81,7 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 		return nil, fmt.Errorf("setting up the pod controller: %w", err)
 	}
 	if err := mirror.Setup(mgr, mirror.Options{
-		NodeName: opts.NodeName, WriteInterval: opts.WriteInterval, WriteSettle: opts.WriteSettle, RestartHold: opts.RestartHold,
+		NodeName: opts.NodeName, WriteInterval: opts.WriteInterval, WriteSettle: opts.WriteSettle,
 		Core: dm, Cordons: dm, Injection: inj, Gate: gate, Clock: opts.Clock,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up the NodeDevice mirror: %w", err)

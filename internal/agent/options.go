@@ -66,12 +66,6 @@ const (
 	// DefaultWriteSettle is how long a NodeDevice change waits before it is written, so the
 	// changes one event causes (a plugin registers, then lists its devices) are one write.
 	DefaultWriteSettle = 100 * time.Millisecond
-
-	// DefaultRestartHold is how long after the agent starts a resource restored from its
-	// checkpoint, whose plugin has not registered again yet, is left as the cluster last saw it.
-	// Plugins re-register within a second or two of an agent restart; holding back the
-	// intermediate "awaiting plugin" state means a restart writes nothing.
-	DefaultRestartHold = 10 * time.Second
 )
 
 // RuntimeInjection is how the agent gives containers their devices when the runtime creates them.
@@ -116,9 +110,6 @@ type Options struct {
 	WriteInterval time.Duration
 	WriteSettle   time.Duration
 
-	// RestartHold: see DefaultRestartHold. Zero means the default; negative disables the hold.
-	RestartHold time.Duration
-
 	// RuntimeInjection is how containers get their devices at creation; empty means
 	// RuntimeInjectionNone.
 	RuntimeInjection RuntimeInjection
@@ -160,9 +151,6 @@ func (o Options) complete() (Options, error) {
 	}
 	if o.WriteSettle <= 0 {
 		o.WriteSettle = DefaultWriteSettle
-	}
-	if o.RestartHold == 0 {
-		o.RestartHold = DefaultRestartHold
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

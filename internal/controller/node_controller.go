@@ -251,7 +251,7 @@ func nodeCapacityChanged() predicate.Predicate {
 
 // nodeDeviceCountChanged passes NodeDevice events that can change what the node publishes:
 // creation, deletion, the start of a deletion, the node-capacity finalizer going on (from then on
-// the NodeDevice counts), and a changed allocatable count.
+// the NodeDevice counts), and a changed allocatable or allocated count.
 func nodeDeviceCountChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		oldND, okOld := e.ObjectOld.(*kdv1alpha1.NodeDevice)
@@ -259,7 +259,8 @@ func nodeDeviceCountChanged() predicate.Predicate {
 		if !okOld || !okNew {
 			return true
 		}
-		return oldND.Status.Allocatable != newND.Status.Allocatable || reported(oldND) != reported(newND) ||
+		return oldND.Status.Allocatable != newND.Status.Allocatable || oldND.Status.Allocated != newND.Status.Allocated ||
+			reported(oldND) != reported(newND) ||
 			oldND.DeletionTimestamp.IsZero() != newND.DeletionTimestamp.IsZero() ||
 			controllerutil.ContainsFinalizer(oldND, NodeCapacityFinalizer) != controllerutil.ContainsFinalizer(newND, NodeCapacityFinalizer)
 	}}

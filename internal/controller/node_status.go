@@ -30,8 +30,12 @@ import (
 )
 
 // desiredCapacity returns the count to publish for every kubedevice resource of a node, from its
-// NodeDevices (all shards, terminating ones included): the allocatable devices summed over the
-// shards that are not terminating while the agent is ready, zero otherwise. A NodeDevice counts
+// NodeDevices (all shards, terminating ones included): per shard that is not terminating, while
+// the agent is ready, its allocatable devices, or the devices pods hold when that is more (a
+// plugin disconnected, or not registered again since an agent restart: nothing allocatable, the
+// running pods' devices still theirs), summed; zero when the agent is not ready. The floor keeps
+// running pods fitting the node, as the kubelet's sanitizeNodeAllocatable raises allocatable to
+// the allocated devices at admission, while a new pod sees nothing free. A NodeDevice counts
 // only once it holds the node-capacity finalizer, so every resource the node publishes has a
 // NodeDevice that cannot vanish before the resource is back at zero. A resource with a live shard
 // that does not hold the finalizer yet is left out, so the node keeps what it publishes until
@@ -58,7 +62,7 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 		}
 		n := int64(0)
 		if agentReady {
-			n = int64(nds[i].Status.Allocatable)
+			n = int64(max(nds[i].Status.Allocatable, nds[i].Status.Allocated))
 		}
 		desired[name] += n
 	}

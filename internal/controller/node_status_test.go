@@ -63,6 +63,19 @@ func TestDesiredCapacity(t *testing.T) {
 			nds: []kdv1alpha1.NodeDevice{nd("a", gopher, 4, false, NodeCapacityFinalizer)}, agentReady: true,
 			want: map[corev1.ResourceName]int64{gopher: 4},
 		},
+		"devices pods hold count when nothing is allocatable (plugin not back), per shard": {
+			nds: func() []kdv1alpha1.NodeDevice {
+				awaiting := nd("a-0", gopher, 0, false, NodeCapacityFinalizer)
+				awaiting.Status.Capacity, awaiting.Status.Allocated = 128, 3
+				partly := nd("a-1", gopher, 1, false, NodeCapacityFinalizer)
+				partly.Status.Capacity, partly.Status.Allocated = 4, 2
+				healthy := nd("b", "example.com/other", 4, false, NodeCapacityFinalizer)
+				healthy.Status.Capacity, healthy.Status.Allocated = 4, 2
+				return []kdv1alpha1.NodeDevice{awaiting, partly, healthy}
+			}(),
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{gopher: 5, "example.com/other": 4},
+		},
 		"shards are summed, resources kept apart": {
 			nds: []kdv1alpha1.NodeDevice{
 				nd("a-0", gopher, 128, false, NodeCapacityFinalizer), nd("a-1", gopher, 3, false, NodeCapacityFinalizer),

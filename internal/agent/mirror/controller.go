@@ -19,7 +19,6 @@ package mirror
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,9 +79,6 @@ type Options struct {
 	// WriteSettle how long a change waits before it is written.
 	WriteInterval time.Duration
 	WriteSettle   time.Duration
-	// RestartHold is how long after start a resource restored from the checkpoint, whose plugin
-	// has not registered again, is left as the cluster last saw it; not positive: not at all.
-	RestartHold time.Duration
 	// Core is read; Cordons take NodeDevice.spec.cordons (the core too).
 	Core    Core
 	Cordons Cordoner
@@ -148,7 +144,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	resource := req.Name
 	// Before any wait: the NRI hook admits containers by it. A resource restored from the
-	// checkpoint keeps what its NodeDevice said (start-up) until its plugin registers again.
+	// checkpoint keeps what its NodeDevice said (start-up) until its plugin registers again, and
+	// so does its NodeDevice (nodeDeviceStatus).
 	r.Injection.RefreshPreStart(resource)
 	if wait := r.pace.wait(resource); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
@@ -175,11 +172,6 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		writes += n
 		return reconcile.Result{}, err
 	}
-	if wait := r.holdRestored(snap, existing); wait > 0 {
-		logger.V(2).Info("Holding back a restored resource until its plugin registers", "for", wait)
-		return reconcile.Result{RequeueAfter: wait}, nil
-	}
-
 	node := &corev1.Node{}
 	if err := r.client.Get(ctx, client.ObjectKey{Name: r.NodeName}, node); err != nil {
 		return reconcile.Result{}, fmt.Errorf("getting node %q: %w", r.NodeName, err)
@@ -300,19 +292,6 @@ func (r *reconciler) nodeDevicesOf(ctx context.Context, resource string) ([]kdv1
 		}
 	}
 	return out, nil
-}
-
-// holdRestored returns how long to leave the NodeDevices of a resource restored from the
-// checkpoint alone: while its plugin has not registered again, for RestartHold after start, when
-// the cluster already lists it. Zero means: write now.
-func (r *reconciler) holdRestored(snap nodeagent.ResourceSnapshot, existing []kdv1alpha1.NodeDevice) time.Duration {
-	if r.RestartHold <= 0 || len(existing) == 0 || snap.State == nodeagent.PluginRegistered {
-		return 0
-	}
-	if !slices.ContainsFunc(snap.Devices, func(d nodeagent.DeviceSnapshot) bool { return d.Reason == nodeagent.ReasonAwaitingPlugin }) {
-		return 0
-	}
-	return r.Gate.Opened().Add(r.RestartHold).Sub(r.Clock.Now())
 }
 
 // subscribe feeds the queue from the core's subscription until ctx ends.

@@ -30,7 +30,7 @@ import (
 )
 
 // The condition keeps its transition time while its status holds; while the state is unknown
-// (the agent has just started) the object's condition is kept, so a restart writes nothing.
+// (the agent has just started) the object's condition is kept, so a restart writes no transient state of it.
 func TestWithRuntimeInjection(t *testing.T) {
 	snap := registered(devices(2)...)
 	connected := metav1.Condition{Status: metav1.ConditionTrue, Reason: kdv1alpha1.ReasonNRIConnected, Message: "connected"}

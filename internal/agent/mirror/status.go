@@ -109,9 +109,10 @@ func nodeDeviceLabels(node, resource string) map[string]string {
 
 // nodeDeviceStatus computes the status of one shard: the devices it lists, counted; the plugin;
 // the checkpoint provenance; the Registered and Healthy conditions at generation. Times the
-// cluster has already seen are kept when what they date did not change (a device's health, the
-// plugin state, a condition's status), so a restart of the agent, or a change the cluster never
-// saw, rewrites nothing.
+// cluster has already seen are kept when what they date did not change (a device's health, a
+// disconnected plugin, a condition's status), so a change the cluster never saw rewrites nothing.
+// A registered plugin's since is the time of its registration, so each registration, the one
+// after an agent restart included, shows.
 func nodeDeviceStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.DeviceSnapshot, current *kdv1alpha1.NodeDevice,
 	info nodeagent.CheckpointInfo, generation int64, now time.Time) kdv1alpha1.NodeDeviceStatus {
 	var cur kdv1alpha1.NodeDeviceStatus
@@ -133,15 +134,25 @@ func nodeDeviceStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.Devic
 	if len(snap.Endpoints) > 0 {
 		st.Plugin.Endpoint = snap.Endpoints[0]
 	}
-	if cur.Plugin != nil && cur.Plugin.State == st.Plugin.State && cur.Plugin.Since != nil {
-		st.Plugin.Since = cur.Plugin.Since.DeepCopy()
+	restored := slices.ContainsFunc(snap.Devices, func(d nodeagent.DeviceSnapshot) bool { return d.Reason == nodeagent.ReasonAwaitingPlugin })
+	if !registered && cur.Plugin != nil {
+		if cur.Plugin.State == st.Plugin.State && cur.Plugin.Since != nil {
+			// Still disconnected: since when the cluster first saw it, not the agent's restart.
+			st.Plugin.Since = cur.Plugin.Since.DeepCopy()
+		}
+		if restored {
+			// A restored resource has no plugin yet to ask: what the last one said stands until
+			// it registers again (start-up hands PreStartRequired to runtime injection from here).
+			st.Plugin.Endpoint = cur.Plugin.Endpoint
+			st.Plugin.PreStartRequired = cur.Plugin.PreStartRequired
+			st.Plugin.GetPreferredAllocationAvailable = cur.Plugin.GetPreferredAllocationAvailable
+		}
 	}
 
 	curDevices := make(map[string]*kdv1alpha1.DeviceStatus, len(cur.Devices))
 	for i := range cur.Devices {
 		curDevices[cur.Devices[i].ID] = &cur.Devices[i]
 	}
-	awaiting := false
 	for _, d := range devices {
 		ds := kdv1alpha1.DeviceStatus{
 			ID:                 d.ID,
@@ -158,11 +169,9 @@ func nodeDeviceStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.Devic
 		}
 		st.Devices = append(st.Devices, ds)
 
-		if d.Reason == nodeagent.ReasonAwaitingPlugin {
-			// Restored from the checkpoint: listed, never counted.
-			awaiting = true
-			continue
-		}
+		// A device restored from the checkpoint, awaiting its plugin, counts as a disconnected
+		// plugin's device does: in capacity and unhealthy, never allocatable, allocated while a
+		// pod holds it. The cluster sees what the agent knows the moment it starts.
 		st.Capacity++
 		switch {
 		case d.Health != nodeagent.Healthy:
@@ -184,7 +193,7 @@ func nodeDeviceStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.Devic
 
 	nowTime := metav1.NewTime(now.Truncate(time.Second))
 	for _, c := range []metav1.Condition{
-		registeredCondition(snap, awaiting, generation),
+		registeredCondition(snap, restored, generation),
 		healthyCondition(snap, st, generation),
 	} {
 		st.Conditions = append(st.Conditions, contract.WithTransitionTime(c, meta.FindStatusCondition(cur.Conditions, c.Type), nowTime))

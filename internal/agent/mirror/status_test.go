@@ -157,6 +157,8 @@ func TestNodeDeviceStatusCounts(t *testing.T) {
 	cordoned := healthy("dev-c")
 	cordoned.Cordoned = true
 	awaiting := nodeagent.DeviceSnapshot{ID: "dev-w", Health: nodeagent.Unhealthy, Reason: nodeagent.ReasonAwaitingPlugin, LastTransitionTime: t0}
+	awaitingHeld := awaiting
+	awaitingHeld.ID, awaitingHeld.Holder = "dev-x", holder
 	disconnected := nodeagent.DeviceSnapshot{ID: "dev-d", Health: nodeagent.Unhealthy, Reason: nodeagent.ReasonPluginDisconnected, LastTransitionTime: t1}
 
 	type counts struct{ Capacity, Allocatable, Allocated, Unhealthy, Cordoned int32 }
@@ -191,8 +193,8 @@ func TestNodeDeviceStatusCounts(t *testing.T) {
 		},
 		"restored, awaiting the plugin": {
 			snap: nodeagent.ResourceSnapshot{ResourceName: testResource, State: nodeagent.PluginDisconnected, StateSince: t1,
-				Devices: []nodeagent.DeviceSnapshot{awaiting}},
-			want:           counts{},
+				Devices: []nodeagent.DeviceSnapshot{awaiting, awaitingHeld}},
+			want:           counts{Capacity: 2, Allocated: 1, Unhealthy: 2},
 			wantRegistered: cond{metav1.ConditionFalse, kdv1alpha1.ReasonAwaitingPluginRegistration},
 			wantHealthy:    cond{metav1.ConditionFalse, kdv1alpha1.ReasonPluginDisconnected},
 		},
@@ -262,7 +264,8 @@ func TestNodeDeviceStatusDevices(t *testing.T) {
 }
 
 // A restart of the agent gives every device and the plugin new timestamps in the core; the status
-// keeps those the cluster already has while nothing they date changed, so it is up to date.
+// keeps the devices' times the cluster already has while nothing they date changed, and moves the
+// plugin's since: the plugin registered again, and the cluster is to see it.
 func TestNodeDeviceStatusKeepsPublishedTimes(t *testing.T) {
 	snap := registered(healthy("dev-a"), unhealthy("dev-b"))
 	first := nodeDeviceStatus(snap, snap.Devices, nil, nodeagent.CheckpointInfo{BootID: "b", LastWrite: t0}, 1, t0)
@@ -279,8 +282,12 @@ func TestNodeDeviceStatusKeepsPublishedTimes(t *testing.T) {
 		restarted.Devices[i].LastTransitionTime = later
 	}
 	again := nodeDeviceStatus(restarted, restarted.Devices, current, nodeagent.CheckpointInfo{BootID: "b", LastWrite: later}, 1, later)
+	if got := again.Plugin.Since; got == nil || !got.Time.Equal(later) {
+		t.Errorf("plugin since = %v, want the registration after the restart, %v", got, later)
+	}
+	again.Plugin.Since = current.Status.Plugin.Since
 	if !nodeDeviceStatusUpToDate(current, again) {
-		t.Errorf("status after a restart differs from the published one:\n%s", cmp.Diff(current.Status, again))
+		t.Errorf("status after a restart differs from the published one in more than the plugin's since:\n%s", cmp.Diff(current.Status, again))
 	}
 
 	// A real change moves the device's time, and the Healthy condition's.
@@ -347,5 +354,33 @@ func TestNodeDeviceMetaUpToDate(t *testing.T) {
 	}
 	if nodeDeviceMetaUpToDate(good, node, testResource, nil) {
 		t.Error("a different shard is up to date")
+	}
+}
+
+// A resource restored from the checkpoint has no plugin to ask yet: its NodeDevice keeps the
+// endpoint and options the last plugin gave, and since the plugin disconnected, until one
+// registers again.
+func TestNodeDeviceStatusRestoredKeepsPlugin(t *testing.T) {
+	current := &kdv1alpha1.NodeDevice{Status: kdv1alpha1.NodeDeviceStatus{Plugin: &kdv1alpha1.PluginStatus{
+		Endpoint: "/var/lib/kubedevice/device-plugins/gopher.sock", State: kdv1alpha1.PluginStateRegistered,
+		Since: &metav1.Time{Time: t0}, PreStartRequired: true, GetPreferredAllocationAvailable: true,
+	}}}
+	restored := nodeagent.ResourceSnapshot{ResourceName: testResource, State: nodeagent.PluginDisconnected, StateSince: t1,
+		Devices: []nodeagent.DeviceSnapshot{{ID: "dev-w", Health: nodeagent.Unhealthy, Reason: nodeagent.ReasonAwaitingPlugin, LastTransitionTime: t1}}}
+	st := nodeDeviceStatus(restored, restored.Devices, current, nodeagent.CheckpointInfo{}, 1, t1)
+	want := &kdv1alpha1.PluginStatus{
+		Endpoint: current.Status.Plugin.Endpoint, State: kdv1alpha1.PluginStateDisconnected,
+		Since: &metav1.Time{Time: t1.Truncate(time.Second)}, PreStartRequired: true, GetPreferredAllocationAvailable: true,
+	}
+	if diff := cmp.Diff(want, st.Plugin); diff != "" {
+		t.Errorf("plugin (-want +got):\n%s", diff)
+	}
+
+	// Written once as disconnected, a second restart keeps that since.
+	current.Status = st
+	later := nodeagent.ResourceSnapshot{ResourceName: testResource, State: nodeagent.PluginDisconnected, StateSince: t1.Add(time.Hour),
+		Devices: restored.Devices}
+	if got := nodeDeviceStatus(later, later.Devices, current, nodeagent.CheckpointInfo{}, 1, t1.Add(time.Hour)).Plugin; !cmp.Equal(want, got) {
+		t.Errorf("plugin after a second restart (-want +got):\n%s", cmp.Diff(want, got))
 	}
 }

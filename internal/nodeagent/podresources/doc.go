@@ -44,15 +44,23 @@ limitations under the License.
 //     allocatable in kubedevice, so they are left out too.
 //   - Get returns one pod bound to the node in the layout of List; a pod the
 //     node does not have gives "pod <name> in namespace <namespace> not found".
-//   - Calls of all clients together are rate-limited to DefaultQPS (100) with
-//     a burst of DefaultBurst (10); the excess gets codes.ResourceExhausted
-//     "rejected by rate limit".
+//   - Calls are rate-limited to DefaultQPS (100) with a burst of DefaultBurst
+//     (10); the excess gets codes.ResourceExhausted "rejected by rate limit".
 //   - cpu_ids, memory and dynamic_resources are always empty: exclusive CPUs,
 //     memory and DRA claims are the kubelet's, not kubedevice's, and stay on the
 //     kubelet's socket.
 //
 // Where it differs from the kubelet:
 //
+//   - The rate limit is per client connection, not one for all clients. With
+//     the kubelet's single token bucket one client calling List in a loop takes
+//     every token and every other client's calls are refused; here each
+//     connection has its own bucket at the kubelet's rate, so a client can only
+//     exhaust its own. The cost: the total rate grows with the number of
+//     connections calling at once. The socket is 0600, so only root on the node
+//     can open more, and root could stop the agent anyway; a client that opens
+//     a connection per call gets a full burst each time, which is its own
+//     doing, not another client's loss.
 //   - List does not free anything first. The kubelet's List calls
 //     UpdateAllocatedDevices, a write from a read path that also rewrites the
 //     checkpoint. The agent's pod controller already frees a pod's devices as

@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/flowcontrol"
@@ -86,8 +87,8 @@ var _ DevicesProvider = (*nodeagent.Manager)(nil)
 type Options struct {
 	// SocketPath is the unix socket the API is served on. Required by Start.
 	SocketPath string
-	// QPS and Burst rate-limit the calls of all clients together; zero means DefaultQPS and
-	// DefaultBurst.
+	// QPS and Burst rate-limit the calls of each client connection on its own; zero means
+	// DefaultQPS and DefaultBurst.
 	QPS   float32
 	Burst int
 	// Registerer, if set, receives the server's metrics.
@@ -104,7 +105,6 @@ type Server struct {
 	pods    PodsProvider
 	devices DevicesProvider
 	opts    Options
-	limiter flowcontrol.RateLimiter
 	metrics *metrics
 
 	mu       sync.Mutex
@@ -133,7 +133,6 @@ func New(pods PodsProvider, devices DevicesProvider, opts Options) (*Server, err
 		pods:    pods,
 		devices: devices,
 		opts:    opts,
-		limiter: flowcontrol.NewTokenBucketRateLimiterWithClock(opts.QPS, opts.Burst, opts.Clock),
 		metrics: newMetrics(),
 	}
 	if opts.Registerer != nil {
@@ -178,7 +177,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("reading the PodResources API socket: %w", err)
 	}
 	s.listener = lis
-	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(s.intercept))
+	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(s.intercept), grpc.StatsHandler(connLimits{s}))
 	podresourcesapi.RegisterPodResourcesListerServer(s.grpc, s)
 	s.served = make(chan struct{})
 	go func() {
@@ -187,7 +186,7 @@ func (s *Server) Start(ctx context.Context) error {
 			logger.Error(err, "Serving the PodResources API ended", "socketPath", socket)
 		}
 	}()
-	logger.Info("Serving the PodResources API", "socketPath", socket, "version", APIVersion, "qps", s.opts.QPS, "burst", s.opts.Burst)
+	logger.Info("Serving the PodResources API", "socketPath", socket, "version", APIVersion, "qpsPerConnection", s.opts.QPS, "burstPerConnection", s.opts.Burst)
 	return nil
 }
 
@@ -226,11 +225,32 @@ func removeStaleSocket(path string) error {
 	return nil
 }
 
-// intercept rate-limits every call, bounds its work, and counts it and its failure.
+// connLimiterKey is the context key of a connection's rate limiter.
+type connLimiterKey struct{}
+
+// connLimits gives each client connection its own token bucket, which the calls on it inherit in
+// their context: the kubelet's one bucket for every client lets a client calling in a loop take
+// every token, and every other client's calls are refused.
+type connLimits struct{ s *Server }
+
+var _ stats.Handler = connLimits{}
+
+func (l connLimits) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connLimiterKey{},
+		flowcontrol.NewTokenBucketRateLimiterWithClock(l.s.opts.QPS, l.s.opts.Burst, l.s.opts.Clock))
+}
+
+func (connLimits) HandleConn(context.Context, stats.ConnStats)                     {}
+func (connLimits) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (connLimits) HandleRPC(context.Context, stats.RPCStats)                       {}
+
+// intercept rate-limits every call by its connection's bucket, bounds its work, and counts it and
+// its failure. A call without a bucket (none is: every connection gets one) is refused.
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := path.Base(info.FullMethod)
 	s.metrics.requests.WithLabelValues(APIVersion, method).Inc()
-	if !s.limiter.TryAccept() {
+	limiter, ok := ctx.Value(connLimiterKey{}).(flowcontrol.RateLimiter)
+	if !ok || !limiter.TryAccept() {
 		s.metrics.errors.WithLabelValues(APIVersion, method).Inc()
 		return nil, errRateLimited
 	}

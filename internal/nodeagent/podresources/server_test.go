@@ -452,3 +452,71 @@ func TestSocketLifecycle(t *testing.T) {
 		}
 	})
 }
+
+// A client calling List in a loop, as fast as it can, over its own connection, neither takes the
+// other clients' share of the rate limit nor delays their calls beyond a bound: each connection
+// has its own bucket (the kubelet's one bucket refuses every other client). Real clock, real unix
+// socket, two connections.
+func TestRateLimitPerClient(t *testing.T) {
+	const (
+		hammerers = 4
+		calls     = 40
+		interval  = 50 * time.Millisecond // 20 calls/s: well within DefaultQPS
+		bound     = time.Second
+	)
+	n := newNode(t)
+	s, hammer := serve(t, n.pods, n.core, Options{})
+	victim := dial(t, s.SocketPath())
+
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	hammered, refused := 0, 0
+	for range hammerers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				_, err := hammer.List(callCtx(t), &podresourcesapi.ListPodResourcesRequest{})
+				mu.Lock()
+				hammered++
+				if status.Code(err) == codes.ResourceExhausted {
+					refused++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+
+	var worst time.Duration
+	var failures []error
+	for range calls {
+		time.Sleep(interval)
+		start := time.Now()
+		resp, err := victim.List(callCtx(t), &podresourcesapi.ListPodResourcesRequest{})
+		worst = max(worst, time.Since(start))
+		if err != nil {
+			failures = append(failures, err)
+		} else if len(resp.GetPodResources()) != 2 {
+			failures = append(failures, fmt.Errorf("listed %d pods, want 2", len(resp.GetPodResources())))
+		}
+	}
+	close(done)
+	wg.Wait()
+
+	t.Logf("hammering client: %d calls, %d refused; other client: %d calls, slowest %v", hammered, refused, calls, worst)
+	if refused == 0 {
+		t.Fatalf("the hammering client was never refused in %d calls: it did not exceed its rate, so the test proves nothing", hammered)
+	}
+	if len(failures) > 0 {
+		t.Errorf("%d of the other client's %d calls failed while one client hammered List, first: %v", len(failures), calls, failures[0])
+	}
+	if worst > bound {
+		t.Errorf("the other client's slowest call took %v, want at most %v", worst, bound)
+	}
+}

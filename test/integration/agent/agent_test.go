@@ -60,6 +60,56 @@ func nodeCapacity(name string, res corev1.ResourceName) func() (int64, error) {
 	}
 }
 
+func nodeAllocatable(name string, res corev1.ResourceName) func() (int64, error) {
+	return func() (int64, error) {
+		node := &corev1.Node{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return 0, err
+		}
+		q, ok := node.Status.Allocatable[res]
+		if !ok {
+			return -1, nil
+		}
+		return q.Value(), nil
+	}
+}
+
+// publishedCount is what one version of a Node publishes for a resource (-1: absent).
+type publishedCount struct{ Capacity, Allocatable int64 }
+
+// watchPublished watches the Node until the spec ends and returns a function that tells what
+// every version seen so far published for res, in order.
+func watchPublished(name string, res corev1.ResourceName) func() []publishedCount {
+	GinkgoHelper()
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: testEnv.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	w, err := wc.Watch(ctx, &corev1.NodeList{}, client.MatchingFields{"metadata.name": name})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(w.Stop)
+	var mu sync.Mutex
+	var seen []publishedCount
+	count := func(l corev1.ResourceList) int64 {
+		if q, ok := l[res]; ok {
+			return q.Value()
+		}
+		return -1
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			if node, ok := ev.Object.(*corev1.Node); ok {
+				mu.Lock()
+				seen = append(seen, publishedCount{count(node.Status.Capacity), count(node.Status.Allocatable)})
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []publishedCount {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
 var _ = Describe("Node agent", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
@@ -190,7 +240,7 @@ var _ = Describe("Node agent writes", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
 
-	It("writes nothing in steady state, and nothing across an agent restart", func() {
+	It("writes nothing in steady state, and across an agent restart only the NodeDevice's two states", func() {
 		n := newNodeAgent(0)
 		p := n.plugin(gopher, gophers("gopher", 4))
 		n.register(p)
@@ -209,8 +259,8 @@ var _ = Describe("Node agent writes", func() {
 		nd, err := n.nodeDevice(gopher, 0)()
 		Expect(err).NotTo(HaveOccurred())
 		n.restart()
-		Consistently(n.writes.mirror).WithTimeout(quiet).Should(Equal(writes),
-			"the restored resource is held back while its plugin has not registered again")
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Plugin.State", kdv1alpha1.PluginStateDisconnected))
+		Expect(n.settle()).To(Equal(writes+1), "the restored resource is written once, awaiting its plugin")
 		n.restartPlugin(p, gophers("gopher", 4))
 		Eventually(func() nodeagent.PluginState {
 			s, _ := n.dm.Snapshot(string(gopher))
@@ -220,14 +270,84 @@ var _ = Describe("Node agent writes", func() {
 		Expect(ok).To(BeTrue(), "the allocation is restored from the checkpoint")
 		Expect(held.Containers).To(HaveLen(1))
 		Expect(held.Containers[0].Resources[0].DeviceIDs).To(Equal(ids))
-		Consistently(n.writes.mirror).WithTimeout(3*time.Second).Should(Equal(writes), "a restart rewrites nothing")
-		Expect(n.nodeDevice(gopher, 0)()).To(HaveField("ResourceVersion", nd.ResourceVersion))
-		Expect(deviceAllocation(pod)()).To(HaveField("ResourceVersion", da.ResourceVersion))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Plugin.State", kdv1alpha1.PluginStateRegistered))
+		Expect(n.settle()).To(Equal(writes+2), "the registration again is one more write, and the last")
+		Consistently(n.writes.mirror).WithTimeout(3*time.Second).Should(Equal(writes+2), "then nothing")
+		Expect(n.nodeDevice(gopher, 0)()).NotTo(HaveField("ResourceVersion", nd.ResourceVersion))
+		Expect(deviceAllocation(pod)()).To(HaveField("ResourceVersion", da.ResourceVersion), "the allocation is not rewritten")
 
 		By("still freeing the devices when the pod goes")
 		deletePod(pod)
 		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(0)))
 		Eventually(gone(deviceAllocation(pod))).Should(BeTrue())
+	})
+})
+
+var _ = Describe("Node agent restart", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	// The kubelet's own stub plugin waits 10 s after kubelet.sock reappears before it registers
+	// again; this one takes 12 s.
+	It("tells the cluster what it knows while a restored resource's plugin is slow to register again", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 2))
+		n.register(p)
+		pod := createPod(testutil.MakePod("running", ns).Node(n.name).Request(gopher, 1))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(1)))
+		Eventually(nodeCapacity(n.name, gopher)).Should(BeEquivalentTo(2))
+		allocated(pod)
+		before, err := n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		writes := n.settle()
+
+		By("watching every version of the Node from now on")
+		published := watchPublished(n.name, gopher)
+
+		By("restarting the agent; the plugin registers again only 12 s later")
+		restarted := time.Now()
+		n.restart()
+		awaiting := And(
+			HaveField("Status.Plugin.State", kdv1alpha1.PluginStateDisconnected),
+			HaveField("Status.Conditions", ContainElement(And(
+				HaveField("Type", kdv1alpha1.NodeDeviceRegistered),
+				HaveField("Status", metav1.ConditionFalse),
+				HaveField("Reason", kdv1alpha1.ReasonAwaitingPluginRegistration)))),
+			HaveField("Status.Capacity", BeEquivalentTo(2)),
+			HaveField("Status.Allocatable", BeEquivalentTo(0)),
+			HaveField("Status.Allocated", BeEquivalentTo(1)),
+		)
+		Eventually(n.nodeDevice(gopher, 0)).WithTimeout(3 * time.Second).Should(awaiting)
+		AddReportEntry("Agent restart → NodeDevice awaiting its plugin", time.Since(restarted).String())
+		// The node keeps the running pod's device, and shows the scheduler nothing free.
+		Eventually(nodeAllocatable(n.name, gopher)).Should(BeEquivalentTo(1))
+		Expect(nodeCapacity(n.name, gopher)()).To(BeEquivalentTo(1))
+		Consistently(n.nodeDevice(gopher, 0)).WithTimeout(time.Until(restarted.Add(12 * time.Second))).Should(awaiting)
+		Expect(nodeAllocatable(n.name, gopher)()).To(BeEquivalentTo(1))
+
+		By("the plugin registering again")
+		registered := time.Now()
+		n.restartPlugin(p, gophers("gopher", 2))
+		Eventually(n.nodeDevice(gopher, 0)).Should(And(
+			HaveField("Status.Plugin.State", kdv1alpha1.PluginStateRegistered),
+			HaveField("Status.Plugin.Since.Time", BeTemporally(">", before.Status.Plugin.Since.Time)),
+			HaveField("Status.Conditions", ContainElement(And(
+				HaveField("Type", kdv1alpha1.NodeDeviceRegistered), HaveField("Status", metav1.ConditionTrue)))),
+			HaveField("Status.Allocatable", BeEquivalentTo(2)),
+			HaveField("Status.Allocated", BeEquivalentTo(1)),
+		))
+		Eventually(nodeAllocatable(n.name, gopher)).Should(BeEquivalentTo(2))
+		AddReportEntry("Plugin re-registration → node allocatable back", time.Since(registered).String())
+		Expect(n.settle()-writes).To(Equal(2), "a restart costs the NodeDevice two writes: awaiting, registered")
+
+		seen := published()
+		Expect(seen).NotTo(BeEmpty())
+		for _, v := range seen {
+			Expect(v).To(HaveField("Capacity", BeNumerically(">=", 1)), "the node never drops the running pod's device: %v", seen)
+			Expect(v).To(HaveField("Allocatable", BeNumerically(">=", 1)), "the node never drops the running pod's device: %v", seen)
+		}
+		Expect(deviceAllocation(pod)()).To(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
 	})
 })
 
