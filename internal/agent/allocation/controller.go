@@ -129,6 +129,8 @@ type reconciler struct {
 	apiReader client.Reader
 	pods      kube.Pods
 	backoff   workqueue.TypedRateLimiter[reconcile.Request]
+	// refusals paces the rewrites of refused pods' DeviceAllocations.
+	refusals *refusalPacer
 }
 
 // Setup adds the pod controller to mgr, whose cache must hold the node's pods and
@@ -140,6 +142,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		apiReader: mgr.GetAPIReader(),
 		pods:      kube.Pods{Client: mgr.GetClient(), NodeName: opts.NodeName},
 		backoff:   workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryBaseDelay, retryMaxDelay),
+		refusals:  newRefusalPacer(opts.Clock),
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pod-devices").
@@ -174,6 +177,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.free(ctx); err != nil {
 			return reconcile.Result{}, err
 		}
+	}
+	if !active {
+		r.refusals.forget(req.NamespacedName)
 	}
 	current, err := r.releaseOthers(ctx, req.NamespacedName, pod, active)
 	if err != nil || !active {

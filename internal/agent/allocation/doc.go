@@ -30,12 +30,17 @@ limitations under the License.
 // server-side apply, report a refusal, and requeue.
 //
 // A refusal is an Allocated=False condition with the core's reason and a DeviceAllocationFailed
-// Warning event on the pod, once per distinct refusal; retryable refusals are retried with
-// backoff, and every change of a resource (a plugin registering, devices freed or healthy again)
-// retriggers the pods still waiting for it. Pods are reconciled by several workers, so a plugin
-// hanging in Allocate holds up only its own pods. When a pod ends its DeviceAllocation is marked
-// Released, then deleted. PodAllocationsOf turns DeviceAllocations back into the core's records,
-// for the agent's start-up to rebuild a corrupt checkpoint.
+// Warning event on the pod, once per distinct refusal. A refused pod is never failed (the kubelet
+// owns its phase, and the agent allocates before the kubelet admits it): retryable refusals are
+// retried with backoff, and every change of a resource (a plugin registering, devices freed or
+// healthy again) retriggers the pods still waiting for it. An unchanged refusal is never
+// rewritten, and a different refusal of a pod already refused waits for the pod's pace
+// (refusals.go: 1 s after the first, doubling up to 30 s), so a flapping plugin cannot make the
+// agent rewrite a waiting pod's DeviceAllocation, or report an event, at every flap. Pods are
+// reconciled by several workers, so a plugin hanging in Allocate holds up only its own pods. When
+// a pod ends its DeviceAllocation is marked Released, then deleted. PodAllocationsOf turns
+// DeviceAllocations back into the core's records, for the agent's start-up to rebuild a corrupt
+// checkpoint.
 //
 // It owns the pod controller, the DeviceAllocation's status (status.go, pure functions) and the
 // metric kubedevice_agent_allocation_failures_total. It may not touch NodeDevices, the NRI index

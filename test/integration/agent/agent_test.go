@@ -491,6 +491,48 @@ var _ = Describe("Node agent allocation failures", func() {
 		), "the second refusal is not counted under the first one's event")
 	})
 
+	It("rewrites a refused pod's DeviceAllocation a bounded number of times while its plugin flaps", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+		pod := createPod(testutil.MakePod("greedy", ns).Node(n.name).Request(gopher, 5))
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Reason", kdv1alpha1.ReasonInsufficientDevices),
+			HaveField("Message", ContainSubstring("Available: 4")),
+		))))
+		n.settle()
+		before := n.writes.allocations()
+
+		By("restarting the plugin every 300 ms, ten times, with 3 and 4 devices in turn: every restart refuses the pod anew")
+		const restarts, every = 10, 300 * time.Millisecond
+		start := time.Now()
+		for i := range restarts {
+			// A plugin flapping at its own pace: the restarts are the stimulus, not a wait.
+			<-time.After(time.Until(start.Add(time.Duration(i) * every)))
+			p = n.restartPlugin(p, gophers("gopher", 3+i%2))
+			Eventually(func() int64 {
+				_, allocatable, _ := n.dm.GetCapacity()
+				q := allocatable[gopher]
+				return q.Value()
+			}).Should(BeEquivalentTo(3+i%2), "the agent sees the restarted plugin's devices")
+		}
+		flapped := time.Since(start)
+		// The last restart offers 4 devices: the DeviceAllocation ends up saying so.
+		Eventually(deviceAllocation(pod)).WithTimeout(40 * time.Second).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Reason", kdv1alpha1.ReasonInsufficientDevices),
+			HaveField("Message", ContainSubstring("Available: 4")),
+		))))
+		n.settle()
+		writes := n.writes.allocations() - before
+		AddReportEntry("DeviceAllocation writes of a refused pod across plugin restarts",
+			fmt.Sprintf("%d writes for %d restarts in %s", writes, restarts, flapped))
+		// A refusal is rewritten no sooner than 1 s after the first, then 2 s, 4 s, ... after the
+		// one before: three seconds of flapping and the final state cost at most three writes.
+		Expect(writes).To(BeNumerically("<=", 3), "status writes of the refused pod's DeviceAllocation")
+		Expect(n.holds(pod)).To(BeFalse())
+	})
+
 	It("leaves alone a resource no plugin serves, and allocates as soon as a plugin registers it", func() {
 		n := newNodeAgent(0)
 		pod := createPod(testutil.MakePod("early", ns).Node(n.name).Request(gopher, 1))
@@ -747,4 +789,5 @@ var _ = Describe("Node agent with a hung plugin", func() {
 		unblock()
 		Eventually(deviceAllocation(stuck)).Should(HaveField("Status.Summary", string(fpga)+"=fpga-0"))
 	})
+
 })
