@@ -49,7 +49,11 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	if r.refuseDeleting(pod) {
 		return reconcile.Result{}, nil
 	}
-	out := r.allocatePod(ctx, pod)
+	out, ok := r.attempts.take(ctx, pod)
+	if !ok {
+		// Allocating, or waiting for room on a resource: the pod is requeued when that ends.
+		return reconcile.Result{}, nil
+	}
 	if out.err == nil && out.alloc == nil && cached == nil {
 		// The pod holds nothing from a device plugin: nothing to record.
 		r.Injection.Record(pod, nil, nil)
@@ -124,16 +128,6 @@ func (r *reconciler) refuseDeleting(pod *corev1.Pod) bool {
 		r.Injection.Record(pod, nil, nil)
 	}
 	return true
-}
-
-// allocatePod asks the core for pod's devices and reads back what the pod holds.
-func (r *reconciler) allocatePod(ctx context.Context, pod *corev1.Pod) outcome {
-	err := r.Core.AllocatePod(ctx, pod)
-	alloc, held := r.Core.PodAllocation(string(pod.UID))
-	if !held {
-		return outcome{err: err}
-	}
-	return outcome{alloc: &alloc, err: err}
 }
 
 // record writes pod's DeviceAllocation: its metadata and spec when current (nil: none yet) lacks

@@ -790,4 +790,46 @@ var _ = Describe("Node agent with a hung plugin", func() {
 		Eventually(deviceAllocation(stuck)).Should(HaveField("Status.Summary", string(fpga)+"=fpga-0"))
 	})
 
+	It("allocates another resource's pod within a second while 32 pods wait on a plugin hung in Allocate", func() {
+		const fpga corev1.ResourceName = "acme.io/fpga"
+		const waiting = 32
+		n := newNodeAgent(0)
+		release := make(chan struct{})
+		unblock := sync.OnceFunc(func() { close(release) })
+		hung := n.plugin(fpga, gophers("fpga", waiting))
+		hung.SetAllocateFunc(func(req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			<-release
+			return envAllocator(req)
+		})
+		DeferCleanup(unblock)
+		n.register(hung)
+		n.register(n.plugin(gopher, gophers("gopher", 4)))
+		Eventually(n.nodeDevice(fpga, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(waiting)))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+
+		stuck := make([]*corev1.Pod, waiting)
+		for i := range stuck {
+			stuck[i] = createPod(testutil.MakePod(fmt.Sprintf("stuck-%d", i), ns).Node(n.name).Request(fpga, 1))
+		}
+		Eventually(func() []string { return hung.Calls() }).Should(ContainElement(dptest.CallAllocate))
+		// Every pod of the hung resource has been reconciled: the agent has seen them all.
+		n.settle()
+
+		quick := createPod(testutil.MakePod("quick", ns).Node(n.name).Request(gopher, 1))
+		created := time.Now()
+		Eventually(deviceAllocation(quick)).WithTimeout(time.Until(created.Add(time.Second))).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		AddReportEntry(fmt.Sprintf("Pod allocated while %d pods wait on a plugin hung in Allocate", waiting), time.Since(created).String())
+		for _, pod := range stuck {
+			Expect(gone(deviceAllocation(pod))()).To(BeTrue(), "the hung allocations are still in flight")
+		}
+
+		By("the plugin answering: every waiting pod gets its device")
+		unblock()
+		for _, pod := range stuck {
+			Eventually(deviceAllocation(pod)).WithTimeout(time.Minute).Should(HaveField("Status.Conditions", ContainElement(And(
+				HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		}
+		Eventually(n.nodeDevice(fpga, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(waiting)))
+	})
 })
