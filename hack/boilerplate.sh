@@ -15,12 +15,15 @@ esac
 
 # has_header FILE: the header's lines appear, in order, as the file's first lines after an
 # optional build constraint (the year line is matched as written in the header).
+# Nothing here reads a file partly through a pipe: with pipefail, a writer killed by SIGPIPE when
+# its reader stops early fails the check at random.
 has_header() {
-  local f=$1 start=1
-  if head -n 1 "${f}" | grep -q '^//go:build '; then
+  local f=$1 start=1 lines
+  if [[ "$(sed -n 1p "${f}")" == "//go:build "* ]]; then
     start=3
   fi
-  tail -n "+${start}" "${f}" | head -n "$(wc -l <"${header}")" | cmp -s - "${header}"
+  lines=$(wc -l <"${header}")
+  cmp -s <(sed -n "${start},$((start + lines - 1))p" "${f}") "${header}"
 }
 
 missing=()

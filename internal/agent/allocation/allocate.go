@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -48,7 +49,11 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	if r.refuseDeleting(pod) {
 		return reconcile.Result{}, nil
 	}
-	out := r.allocatePod(ctx, pod)
+	out, ok := r.attempts.take(ctx, pod)
+	if !ok {
+		// Allocating, or waiting for room on a resource: the pod is requeued when that ends.
+		return reconcile.Result{}, nil
+	}
 	if out.err == nil && out.alloc == nil && cached == nil {
 		// The pod holds nothing from a device plugin: nothing to record.
 		r.Injection.Record(pod, nil, nil)
@@ -72,12 +77,38 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	// The devices are allocated and prepared (or refused): containers may be created with them,
 	// whether or not the API server takes the DeviceAllocation.
 	r.Injection.Record(pod, out.alloc, out.err)
-	if !upToDate {
-		if err := r.record(ctx, pod, current, want, out); err != nil {
-			return reconcile.Result{}, err
+	if upToDate {
+		return r.requeue(ctx, req, out.err), nil
+	}
+	refused := refusedAlready(current, pod)
+	if out.err != nil && refused {
+		// Another refusal of a pod already refused: written no more often than its pace allows.
+		if wait := r.refusals.wait(req.NamespacedName, pod.UID); wait > 0 {
+			res := r.requeue(ctx, req, out.err)
+			if res.RequeueAfter == 0 || wait < res.RequeueAfter {
+				res.RequeueAfter = wait
+			}
+			return res, nil
 		}
 	}
+	if err := r.record(ctx, pod, current, want, out); err != nil {
+		return reconcile.Result{}, err
+	}
+	if out.err != nil {
+		r.refusals.wrote(req.NamespacedName, pod.UID, !refused)
+	} else {
+		r.refusals.forget(req.NamespacedName)
+	}
 	return r.requeue(ctx, req, out.err), nil
+}
+
+// refusedAlready reports whether current, pod's DeviceAllocation as last read, already says a
+// refusal (Allocated=False) with the metadata the agent applies for pod.
+func refusedAlready(current *kdv1alpha1.DeviceAllocation, pod *corev1.Pod) bool {
+	if current == nil || !metaUpToDate(current, pod) {
+		return false
+	}
+	return meta.IsStatusConditionFalse(current.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated)
 }
 
 // refuseDeleting reports whether pod is being deleted and does not hold its devices: the kubelet
@@ -97,16 +128,6 @@ func (r *reconciler) refuseDeleting(pod *corev1.Pod) bool {
 		r.Injection.Record(pod, nil, nil)
 	}
 	return true
-}
-
-// allocatePod asks the core for pod's devices and reads back what the pod holds.
-func (r *reconciler) allocatePod(ctx context.Context, pod *corev1.Pod) outcome {
-	err := r.Core.AllocatePod(ctx, pod)
-	alloc, held := r.Core.PodAllocation(string(pod.UID))
-	if !held {
-		return outcome{err: err}
-	}
-	return outcome{alloc: &alloc, err: err}
 }
 
 // record writes pod's DeviceAllocation: its metadata and spec when current (nil: none yet) lacks

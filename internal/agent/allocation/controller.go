@@ -37,6 +37,7 @@ import (
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -56,13 +57,16 @@ const (
 	retryMaxDelay  = 2 * time.Minute
 )
 
-// podWorkers is the number of pods reconciled at once: a plugin that hangs in Allocate (up to its
-// 30 s deadline) holds one worker, not the allocations of every other pod. The core serializes
-// the allocations of one pod and lets different pods' run concurrently.
+// podWorkers is the number of pods reconciled at once. A worker never waits on a plugin's
+// Allocate: the core's allocations run as attempts beside the workers (attempts.go), at most
+// attemptsPerResource per resource, so a plugin that hangs (up to its 30 s deadline) delays only
+// the pods of its own resource. The core serializes the allocations of one pod and lets different
+// pods' run concurrently.
 const podWorkers = 4
 
-// podReconcileTimeout bounds a pod's reconcile, and with it every plugin call and API call it
-// makes: Allocate and PreStartContainer have 30 s deadlines of their own, per resource.
+// podReconcileTimeout bounds a pod's reconcile, and an allocation attempt, and with them every
+// plugin call and API call they make: Allocate and PreStartContainer have 30 s deadlines of their
+// own, per resource.
 const podReconcileTimeout = 2 * time.Minute
 
 // Core is what the allocation flow uses of the device manager core, *nodeagent.Manager.
@@ -129,6 +133,10 @@ type reconciler struct {
 	apiReader client.Reader
 	pods      kube.Pods
 	backoff   workqueue.TypedRateLimiter[reconcile.Request]
+	// refusals paces the rewrites of refused pods' DeviceAllocations.
+	refusals *refusalPacer
+	// attempts runs the core's allocations, off the workers.
+	attempts *attempts
 }
 
 // Setup adds the pod controller to mgr, whose cache must hold the node's pods and
@@ -140,12 +148,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		apiReader: mgr.GetAPIReader(),
 		pods:      kube.Pods{Client: mgr.GetClient(), NodeName: opts.NodeName},
 		backoff:   workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryBaseDelay, retryMaxDelay),
+		refusals:  newRefusalPacer(opts.Clock),
+		attempts:  newAttempts(opts.Core, attemptsPerResource),
+	}
+	if err := mgr.Add(manager.RunnableFunc(r.attempts.drain)); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pod-devices").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
 		Watches(&kdv1alpha1.DeviceAllocation{}, handler.EnqueueRequestsFromMapFunc(podOf)).
 		WatchesRawSource(source.Func(r.retriggerWaiting)).
+		WatchesRawSource(source.Func(r.attempts.start)).
 		WithOptions(crcontroller.Options{
 			MaxConcurrentReconciles: podWorkers,
 			NeedLeaderElection:      ptr.To(false),
@@ -174,6 +188,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.free(ctx); err != nil {
 			return reconcile.Result{}, err
 		}
+	}
+	if !active {
+		r.refusals.forget(req.NamespacedName)
+		r.attempts.forget(req.NamespacedName)
 	}
 	current, err := r.releaseOthers(ctx, req.NamespacedName, pod, active)
 	if err != nil || !active {

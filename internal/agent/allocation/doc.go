@@ -23,19 +23,33 @@ limitations under the License.
 // registers it), frees those of pods that ended, disappeared or were replaced
 // (Core.UpdateAllocatedDevices with the node's active pods from the synced cache), and keeps one
 // DeviceAllocation per pod, named kube.DeviceAllocationName(node, pod, UID). A reconcile of an active
-// pod reads in steps (allocate.go): allocate, compute the DeviceAllocation's status once
+// pod reads in steps (allocate.go): take the outcome of the pod's allocation attempt (or start
+// one and return), compute the DeviceAllocation's status once
 // (desiredStatus), decide from the cache or else the API server whether it must be written
 // (kube.Fresh), prepare the first starts of newly allocated containers (PreStart), tell runtime
 // injection what the pod's containers get (Injection), write the metadata and the status with
 // server-side apply, report a refusal, and requeue.
 //
 // A refusal is an Allocated=False condition with the core's reason and a DeviceAllocationFailed
-// Warning event on the pod, once per distinct refusal; retryable refusals are retried with
-// backoff, and every change of a resource (a plugin registering, devices freed or healthy again)
-// retriggers the pods still waiting for it. Pods are reconciled by several workers, so a plugin
-// hanging in Allocate holds up only its own pods. When a pod ends its DeviceAllocation is marked
-// Released, then deleted. PodAllocationsOf turns DeviceAllocations back into the core's records,
-// for the agent's start-up to rebuild a corrupt checkpoint.
+// Warning event on the pod, once per distinct refusal. A refused pod is never failed (the kubelet
+// owns its phase, and the agent allocates before the kubelet admits it): retryable refusals are
+// retried with backoff, and every change of a resource (a plugin registering, devices freed or
+// healthy again) retriggers the pods still waiting for it. An unchanged refusal is never
+// rewritten, and a different refusal of a pod already refused waits for the pod's pace
+// (refusals.go: 1 s after the first, doubling up to 30 s), so a flapping plugin cannot make the
+// agent rewrite a waiting pod's DeviceAllocation, or report an event, at every flap.
+//
+// No reconcile waits on a plugin's Allocate. Core.AllocatePod runs as an attempt beside the
+// workers (attempts.go), one per pod, at most attemptsPerResource at once per resource asked for;
+// its end requeues the pod, whose next reconcile takes the outcome. A pod asking for a resource
+// with no room is parked until an attempt of that resource ends. A plugin hanging in Allocate
+// thus delays only the pods of its own resource, and a pod asking for several resources is still
+// allocated all at once or not at all, by one AllocatePod call. When the agent stops, no attempt
+// starts and those in flight are cancelled and awaited.
+//
+// When a pod ends its DeviceAllocation is marked Released, then deleted. PodAllocationsOf turns
+// DeviceAllocations back into the core's records, for the agent's start-up to rebuild a corrupt
+// checkpoint.
 //
 // It owns the pod controller, the DeviceAllocation's status (status.go, pure functions) and the
 // metric kubedevice_agent_allocation_failures_total. It may not touch NodeDevices, the NRI index

@@ -611,6 +611,48 @@ var _ = Describe("Node agent allocation failures", func() {
 		), "the second refusal is not counted under the first one's event")
 	})
 
+	It("rewrites a refused pod's DeviceAllocation a bounded number of times while its plugin flaps", func() {
+		n := newNodeAgent(0)
+		p := n.plugin(gopher, gophers("gopher", 4))
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+		pod := createPod(testutil.MakePod("greedy", ns).Node(n.name).Request(gopher, 5))
+		Eventually(deviceAllocation(pod)).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Reason", kdv1alpha1.ReasonInsufficientDevices),
+			HaveField("Message", ContainSubstring("Available: 4")),
+		))))
+		n.settle()
+		before := n.writes.allocations()
+
+		By("restarting the plugin every 300 ms, ten times, with 3 and 4 devices in turn: every restart refuses the pod anew")
+		const restarts, every = 10, 300 * time.Millisecond
+		start := time.Now()
+		for i := range restarts {
+			// A plugin flapping at its own pace: the restarts are the stimulus, not a wait.
+			<-time.After(time.Until(start.Add(time.Duration(i) * every)))
+			p = n.restartPlugin(p, gophers("gopher", 3+i%2))
+			Eventually(func() int64 {
+				_, allocatable, _ := n.dm.GetCapacity()
+				q := allocatable[gopher]
+				return q.Value()
+			}).Should(BeEquivalentTo(3+i%2), "the agent sees the restarted plugin's devices")
+		}
+		flapped := time.Since(start)
+		// The last restart offers 4 devices: the DeviceAllocation ends up saying so.
+		Eventually(deviceAllocation(pod)).WithTimeout(40 * time.Second).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Reason", kdv1alpha1.ReasonInsufficientDevices),
+			HaveField("Message", ContainSubstring("Available: 4")),
+		))))
+		n.settle()
+		writes := n.writes.allocations() - before
+		AddReportEntry("DeviceAllocation writes of a refused pod across plugin restarts",
+			fmt.Sprintf("%d writes for %d restarts in %s", writes, restarts, flapped))
+		// A refusal is rewritten no sooner than 1 s after the first, then 2 s, 4 s, ... after the
+		// one before: three seconds of flapping and the final state cost at most three writes.
+		Expect(writes).To(BeNumerically("<=", 3), "status writes of the refused pod's DeviceAllocation")
+		Expect(n.holds(pod)).To(BeFalse())
+	})
+
 	It("leaves alone a resource no plugin serves, and allocates as soon as a plugin registers it", func() {
 		n := newNodeAgent(0)
 		pod := createPod(testutil.MakePod("early", ns).Node(n.name).Request(gopher, 1))
@@ -866,5 +908,48 @@ var _ = Describe("Node agent with a hung plugin", func() {
 
 		unblock()
 		Eventually(deviceAllocation(stuck)).Should(HaveField("Status.Summary", string(fpga)+"=fpga-0"))
+	})
+
+	It("allocates another resource's pod within a second while 32 pods wait on a plugin hung in Allocate", func() {
+		const fpga corev1.ResourceName = "acme.io/fpga"
+		const waiting = 32
+		n := newNodeAgent(0)
+		release := make(chan struct{})
+		unblock := sync.OnceFunc(func() { close(release) })
+		hung := n.plugin(fpga, gophers("fpga", waiting))
+		hung.SetAllocateFunc(func(req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			<-release
+			return envAllocator(req)
+		})
+		DeferCleanup(unblock)
+		n.register(hung)
+		n.register(n.plugin(gopher, gophers("gopher", 4)))
+		Eventually(n.nodeDevice(fpga, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(waiting)))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+
+		stuck := make([]*corev1.Pod, waiting)
+		for i := range stuck {
+			stuck[i] = createPod(testutil.MakePod(fmt.Sprintf("stuck-%d", i), ns).Node(n.name).Request(fpga, 1))
+		}
+		Eventually(func() []string { return hung.Calls() }).Should(ContainElement(dptest.CallAllocate))
+		// Every pod of the hung resource has been reconciled: the agent has seen them all.
+		n.settle()
+
+		quick := createPod(testutil.MakePod("quick", ns).Node(n.name).Request(gopher, 1))
+		created := time.Now()
+		Eventually(deviceAllocation(quick)).WithTimeout(time.Until(created.Add(time.Second))).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		AddReportEntry(fmt.Sprintf("Pod allocated while %d pods wait on a plugin hung in Allocate", waiting), time.Since(created).String())
+		for _, pod := range stuck {
+			Expect(gone(deviceAllocation(pod))()).To(BeTrue(), "the hung allocations are still in flight")
+		}
+
+		By("the plugin answering: every waiting pod gets its device")
+		unblock()
+		for _, pod := range stuck {
+			Eventually(deviceAllocation(pod)).WithTimeout(time.Minute).Should(HaveField("Status.Conditions", ContainElement(And(
+				HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		}
+		Eventually(n.nodeDevice(fpga, 0)).Should(HaveField("Status.Allocated", BeEquivalentTo(waiting)))
 	})
 })

@@ -105,6 +105,13 @@ func (w *writeCounter) mirror() int {
 	return w.counts["nodedevices"] + w.counts["deviceallocations"]
 }
 
+// allocations is the number of writes to DeviceAllocations so far.
+func (w *writeCounter) allocations() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts["deviceallocations"]
+}
+
 // leases is the number of writes to Leases so far.
 func (w *writeCounter) leases() int {
 	w.mu.Lock()
@@ -262,11 +269,13 @@ func (n *nodeAgent) plugin(resource corev1.ResourceName, devs []*pluginapi.Devic
 
 // restartPlugin stops the gopher plugin p and starts and registers a new one with devs on the
 // same socket, as a device plugin does when the agent restarts (the agent removes the sockets a
-// previous run left, as the kubelet does).
-func (n *nodeAgent) restartPlugin(p *dptest.Plugin, devs []*pluginapi.Device) {
+// previous run left, as the kubelet does), and returns the new one.
+func (n *nodeAgent) restartPlugin(p *dptest.Plugin, devs []*pluginapi.Device) *dptest.Plugin {
 	GinkgoHelper()
 	p.Stop()
-	n.register(n.plugin(gopher, devs))
+	np := n.plugin(gopher, devs)
+	n.register(np)
+	return np
 }
 
 // register registers p with the agent.
