@@ -631,11 +631,10 @@ var _ = Describe("Node agent allocation failures", func() {
 			// A plugin flapping at its own pace: the restarts are the stimulus, not a wait.
 			<-time.After(time.Until(start.Add(time.Duration(i) * every)))
 			p = n.restartPlugin(p, gophers("gopher", 3+i%2))
-			Eventually(func() int64 {
-				_, allocatable, _ := n.dm.GetCapacity()
-				q := allocatable[gopher]
-				return q.Value()
-			}).Should(BeEquivalentTo(3+i%2), "the agent sees the restarted plugin's devices")
+			Eventually(func() int {
+				s, _ := n.dm.Snapshot(string(gopher))
+				return s.Allocatable
+			}).Should(Equal(3+i%2), "the agent sees the restarted plugin's devices")
 		}
 		flapped := time.Since(start)
 		// The last restart offers 4 devices: the DeviceAllocation ends up saying so.
