@@ -100,6 +100,12 @@ type Config struct {
 	TopologyPolicy topology.Policy
 	// TopologyScope is the granularity of alignment; defaults to container.
 	TopologyScope topology.Scope
+	// TopologyPolicyOptions are the kubelet's topology manager policy
+	// options (prefer-closest-numa-nodes, max-allowable-numa-nodes); the
+	// zero value is the kubelet's default. With prefer-closest-numa-nodes the
+	// NUMA distances are read from sysfs under SysRoot; a policy other than
+	// none refuses to start on a machine with more NUMA nodes than the max.
+	TopologyPolicyOptions topology.PolicyOptions
 	// AllocateTimeout bounds the Allocate RPC; defaults to 30 s.
 	AllocateTimeout time.Duration
 	// PreferredAllocationTimeout bounds the GetPreferredAllocation RPC;
@@ -155,6 +161,8 @@ type Manager struct {
 
 	// numaNodes are the machine's NUMA nodes (topology hints).
 	numaNodes []int
+	// numa is the same nodes with their distances (topology admission).
+	numa topology.NUMAInfo
 
 	// Allocation state, guarded by mu (allocate.go, checkpoint.go).
 	//
@@ -217,8 +225,11 @@ func New(cfg Config) (*Manager, error) {
 	if err := defaultAllocationConfig(&cfg); err != nil {
 		return nil, err
 	}
-	numaNodes, err := topology.ReadNUMANodes(cfg.SysRoot)
+	numa, err := topology.ReadNUMAInfo(cfg.SysRoot, cfg.TopologyPolicyOptions.PreferClosestNUMA)
 	if err != nil {
+		return nil, fmt.Errorf("creating device manager: %w", err)
+	}
+	if err := topology.CheckMachine(cfg.TopologyPolicy, cfg.TopologyPolicyOptions, numa.Nodes); err != nil {
 		return nil, fmt.Errorf("creating device manager: %w", err)
 	}
 	m := &Manager{
@@ -229,7 +240,8 @@ func New(cfg Config) (*Manager, error) {
 		logger:    klog.Background(),
 		resources: make(map[string]*resourceState),
 		subs:      make(map[*Subscription]struct{}),
-		numaNodes: numaNodes,
+		numaNodes: numa.Nodes,
+		numa:      numa,
 		pods:      poddevices.New(),
 		podRefs:   make(map[string]poddevices.PodRef),
 		affinity:  make(map[string]map[string]topology.BitMask),

@@ -143,7 +143,7 @@ func (m *Manager) admitTopologyLocked(ctx context.Context, pod *v1.Pod, c *v1.Co
 	} else {
 		hints = m.containerHintsLocked(pod, c)
 	}
-	best, err := policy.Admit(m.numaNodes, []map[string][]topology.Hint{hints})
+	best, err := policy.Admit(m.numa, m.cfg.TopologyPolicyOptions, []map[string][]topology.Hint{hints})
 	if err != nil {
 		logger.Info("Topology policy refused the allocation", "policy", policy, "scope", scope, "hints", hints)
 		return 0, &AllocationError{Reason: AllocationTopologyAffinityError, Err: err}

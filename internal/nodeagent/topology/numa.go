@@ -84,3 +84,123 @@ func parseNodeName(name string) (int, bool) {
 	}
 	return id, true
 }
+
+// NUMADistances holds, per NUMA node ID, the distance to every node ID, as
+// the kubelet's NUMADistances (from cadvisor, from sysfs).
+type NUMADistances map[int][]uint64
+
+// NUMAInfo is the machine's NUMA nodes and, when prefer-closest-numa-nodes
+// is set, their distances (the kubelet's NUMAInfo).
+type NUMAInfo struct {
+	// Nodes are the node IDs, ascending.
+	Nodes []int
+	// Distances is nil unless distances were read.
+	Distances NUMADistances
+}
+
+// errNoDistances is wrapped when prefer-closest-numa-nodes is set and a
+// node's distances cannot be read.
+var errNoDistances = errors.New("NUMA node distances are not available")
+
+// ReadNUMAInfo reads the NUMA nodes (ReadNUMANodes) and, when
+// withDistances, each node's <root>/sys/devices/system/node/node<N>/distance,
+// as the kubelet's NewNUMAInfo requires when prefer-closest-numa-nodes is
+// set (it refuses to start without them). The kernel lists the distances
+// in the order of the online nodes, so row position i is node Nodes[i];
+// cadvisor indexes the row by position too, which is the same for the
+// usual contiguous IDs. A machine without sysfs NUMA nodes has the single
+// node 0 at the local distance 10.
+func ReadNUMAInfo(root string, withDistances bool) (NUMAInfo, error) {
+	nodes, err := ReadNUMANodes(root)
+	if err != nil {
+		return NUMAInfo{}, err
+	}
+	info := NUMAInfo{Nodes: nodes}
+	if !withDistances {
+		return info, nil
+	}
+	if root == "" {
+		root = "/"
+	}
+	dir := filepath.Join(root, nodeDir)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		info.Distances = NUMADistances{0: {10}}
+		return info, nil
+	}
+	size := nodes[len(nodes)-1] + 1
+	info.Distances = make(NUMADistances, len(nodes))
+	for _, id := range nodes {
+		path := filepath.Join(dir, fmt.Sprintf("node%d", id), "distance")
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return NUMAInfo{}, fmt.Errorf("reading NUMA distances from %s: %w: %w", path, errNoDistances, err)
+		}
+		fields := strings.Fields(string(raw))
+		if len(fields) != len(nodes) {
+			return NUMAInfo{}, fmt.Errorf("reading NUMA distances from %s: %w: %d values for %d nodes", path, errNoDistances, len(fields), len(nodes))
+		}
+		row := make([]uint64, size)
+		for i, f := range fields {
+			d, err := strconv.ParseUint(f, 10, 64)
+			if err != nil {
+				return NUMAInfo{}, fmt.Errorf("reading NUMA distances from %s: %w: %w", path, errNoDistances, err)
+			}
+			row[nodes[i]] = d
+		}
+		info.Distances[id] = row
+	}
+	return info, nil
+}
+
+// DefaultAffinityMask is the mask of all the machine's nodes.
+func (n NUMAInfo) DefaultAffinityMask() BitMask { return maskOf(n.Nodes) }
+
+// CalculateAverageFor returns the average distance between every ordered
+// pair of nodes of bm, self-pairs included, as the kubelet's
+// NUMADistances.CalculateAverageFor; 0 for an empty mask. A pair without a
+// known distance counts as 0, where the kubelet would panic.
+func (d NUMADistances) CalculateAverageFor(bm BitMask) float64 {
+	if bm.Count() == 0 {
+		return 0
+	}
+	var count, sum float64
+	for _, n1 := range bm.Bits() {
+		for _, n2 := range bm.Bits() {
+			if row := d[n1]; n2 < len(row) {
+				sum += float64(row[n2])
+			}
+			count++
+		}
+	}
+	return sum / count
+}
+
+// Narrowest returns the narrower of m1 and m2 (fewer nodes, then lower
+// IDs), as the kubelet's NUMAInfo.Narrowest.
+func (n NUMAInfo) Narrowest(m1, m2 BitMask) BitMask {
+	if m1.IsNarrowerThan(m2) {
+		return m1
+	}
+	return m2
+}
+
+// Closest returns, as the kubelet's NUMAInfo.Closest, the narrower mask if
+// their widths differ, else the one with the shorter average distance,
+// else the lower one.
+func (n NUMAInfo) Closest(m1, m2 BitMask) BitMask {
+	if m1.Count() != m2.Count() {
+		return n.Narrowest(m1, m2)
+	}
+	d1 := n.Distances.CalculateAverageFor(m1)
+	d2 := n.Distances.CalculateAverageFor(m2)
+	if d1 == d2 {
+		if m1.IsLessThan(m2) {
+			return m1
+		}
+		return m2
+	}
+	if d1 < d2 {
+		return m1
+	}
+	return m2
+}

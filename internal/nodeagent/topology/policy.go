@@ -111,14 +111,14 @@ func (e *AffinityError) Reason() string { return ReasonTopologyAffinity }
 // Is reports whether target is ErrTopologyAffinity.
 func (e *AffinityError) Is(target error) bool { return target == ErrTopologyAffinity }
 
-// Admit merges the providers' hints with Merge and returns the best hint,
-// or an *AffinityError if the policy refuses it (errors.Is
+// Admit merges the providers' hints with MergeWithOptions and returns the
+// best hint, or an *AffinityError if the policy refuses it (errors.Is
 // ErrTopologyAffinity), or an error wrapping ErrUnknownPolicy.
-func (p Policy) Admit(machineNodes []int, providersHints []map[string][]Hint) (Hint, error) {
+func (p Policy) Admit(numa NUMAInfo, opts PolicyOptions, providersHints []map[string][]Hint) (Hint, error) {
 	if !slices.Contains(Policies, p) {
 		return Hint{}, fmt.Errorf("admitting with topology policy %q: %w", p, ErrUnknownPolicy)
 	}
-	best, admit := p.Merge(machineNodes, providersHints)
+	best, admit := p.MergeWithOptions(numa, opts, providersHints)
 	if !admit {
 		return Hint{}, &AffinityError{Policy: p, Hint: best}
 	}
@@ -145,19 +145,33 @@ func (p Policy) Admit(machineNodes []int, providersHints []map[string][]Hint) (H
 //     "any".
 //
 // machineNodes must hold at least one node. An unknown Policy refuses.
+// Merge uses the default policy options; see MergeWithOptions.
 func (p Policy) Merge(machineNodes []int, providersHints []map[string][]Hint) (Hint, bool) {
-	defaultAffinity := maskOf(machineNodes)
+	return p.MergeWithOptions(NUMAInfo{Nodes: machineNodes}, PolicyOptions{}, providersHints)
+}
+
+// MergeWithOptions is Merge on the machine numa under the policy options
+// opts: with PreferClosestNUMA, best-effort and restricted pick among
+// equally wide hints the one with the shortest average NUMA distance
+// (NUMAInfo.Closest) instead of the lowest; single-numa-node ignores it,
+// as in the kubelet's NewHintMerger.
+func (p Policy) MergeWithOptions(numa NUMAInfo, opts PolicyOptions, providersHints []map[string][]Hint) (Hint, bool) {
+	defaultAffinity := numa.DefaultAffinityMask()
+	better := numa.Narrowest
+	if opts.PreferClosestNUMA && p != PolicySingleNUMANode {
+		better = numa.Closest
+	}
 	switch p {
 	case PolicyNone:
 		return Hint{}, true
 	case PolicyBestEffort:
-		best := mergeHints(defaultAffinity, filterProvidersHints(providersHints))
+		best := mergeHints(defaultAffinity, better, filterProvidersHints(providersHints))
 		return best, true
 	case PolicyRestricted:
-		best := mergeHints(defaultAffinity, filterProvidersHints(providersHints))
+		best := mergeHints(defaultAffinity, better, filterProvidersHints(providersHints))
 		return best, best.Preferred
 	case PolicySingleNUMANode:
-		best := mergeHints(defaultAffinity, filterSingleNUMAHints(filterProvidersHints(providersHints)))
+		best := mergeHints(defaultAffinity, better, filterSingleNUMAHints(filterProvidersHints(providersHints)))
 		if best.NUMANodeAffinity == defaultAffinity {
 			best.NUMANodeAffinity = 0
 		}
@@ -251,10 +265,11 @@ func narrowestAffinityCount(hints []Hint) int {
 }
 
 // mergeHints returns the best merge over all combinations of one hint per
-// resource (the kubelet's HintMerger.Merge without the
-// prefer-closest-numa-nodes option). If no combination leaves a NUMA node,
-// it is all machine nodes, not preferred.
-func mergeHints(defaultAffinity BitMask, all [][]Hint) Hint {
+// resource (the kubelet's HintMerger.Merge); better picks the fitter of two
+// different affinities (NUMAInfo.Narrowest or, with
+// prefer-closest-numa-nodes, NUMAInfo.Closest). If no combination leaves a
+// NUMA node, it is all machine nodes, not preferred.
+func mergeHints(defaultAffinity BitMask, better func(m1, m2 BitMask) BitMask, all [][]Hint) Hint {
 	// The number of nodes that the resource needing the most nodes needs at
 	// least: the target width among not-preferred merges.
 	bestNonPreferredCount := 0
@@ -271,7 +286,7 @@ func mergeHints(defaultAffinity BitMask, all [][]Hint) Hint {
 			if merged.NUMANodeAffinity.IsEmpty() {
 				return // the hints have no node in common
 			}
-			if !found || replaces(bestNonPreferredCount, best, merged) {
+			if !found || replaces(bestNonPreferredCount, better, best, merged) {
 				best, found = merged, true
 			}
 			return
@@ -285,16 +300,18 @@ func mergeHints(defaultAffinity BitMask, all [][]Hint) Hint {
 	return best
 }
 
-// narrower reports whether candidate's affinity is narrower than current's
-// (equal affinities keep current).
-func narrower(current, candidate Hint) bool {
+// fitter reports whether better picks candidate's affinity over current's
+// (equal affinities keep current), as the kubelet's
+// compareNumaAffinityMasks.
+func fitter(better func(m1, m2 BitMask) BitMask, current, candidate Hint) bool {
 	return candidate.NUMANodeAffinity != current.NUMANodeAffinity &&
-		!current.NUMANodeAffinity.IsNarrowerThan(candidate.NUMANodeAffinity)
+		better(current.NUMANodeAffinity, candidate.NUMANodeAffinity) != current.NUMANodeAffinity
 }
 
 // replaces reports whether candidate is a better merged hint than current,
 // as the kubelet's HintMerger.compare.
-func replaces(bestNonPreferredCount int, current, candidate Hint) bool {
+func replaces(bestNonPreferredCount int, better func(m1, m2 BitMask) BitMask, current, candidate Hint) bool {
+	narrower := func(current, candidate Hint) bool { return fitter(better, current, candidate) }
 	switch {
 	case current.Preferred != candidate.Preferred:
 		return candidate.Preferred

@@ -240,7 +240,7 @@ func TestAdmit(t *testing.T) {
 	aligned := []map[string][]Hint{{"gpu": {hint(t, true, 1)}}}
 
 	for _, p := range []Policy{PolicyRestricted, PolicySingleNUMANode} {
-		got, err := p.Admit(twoNodes, crossNUMA)
+		got, err := p.Admit(NUMAInfo{Nodes: twoNodes}, PolicyOptions{}, crossNUMA)
 		if got != (Hint{}) {
 			t.Errorf("%s.Admit() refused but returned hint %v", p, got)
 		}
@@ -261,22 +261,22 @@ func TestAdmit(t *testing.T) {
 			t.Errorf("error Policy = %q, want %q", terr.Policy, p)
 		}
 	}
-	if terr := new(AffinityError); !errors.As(func() error { _, err := PolicyRestricted.Admit(twoNodes, crossNUMA); return err }(), &terr) || terr.Hint != hint(t, false, 0, 1) {
+	if terr := new(AffinityError); !errors.As(func() error { _, err := PolicyRestricted.Admit(NUMAInfo{Nodes: twoNodes}, PolicyOptions{}, crossNUMA); return err }(), &terr) || terr.Hint != hint(t, false, 0, 1) {
 		t.Errorf("restricted refusal should carry the merged hint {0,1}, got %+v", terr)
 	}
 
 	for _, p := range []Policy{PolicyNone, PolicyBestEffort} {
-		if _, err := p.Admit(twoNodes, crossNUMA); err != nil {
+		if _, err := p.Admit(NUMAInfo{Nodes: twoNodes}, PolicyOptions{}, crossNUMA); err != nil {
 			t.Errorf("%s.Admit() = %v, want admitted", p, err)
 		}
 	}
 	for _, p := range []Policy{PolicyBestEffort, PolicyRestricted, PolicySingleNUMANode} {
-		got, err := p.Admit(twoNodes, aligned)
+		got, err := p.Admit(NUMAInfo{Nodes: twoNodes}, PolicyOptions{}, aligned)
 		if err != nil || got != hint(t, true, 1) {
 			t.Errorf("%s.Admit(aligned) = %v, %v, want {1} preferred", p, got, err)
 		}
 	}
-	if _, err := Policy("").Admit(twoNodes, aligned); !errors.Is(err, ErrUnknownPolicy) {
+	if _, err := Policy("").Admit(NUMAInfo{Nodes: twoNodes}, PolicyOptions{}, aligned); !errors.Is(err, ErrUnknownPolicy) {
 		t.Errorf(`Policy("").Admit() = %v, want ErrUnknownPolicy`, err)
 	}
 }
@@ -319,7 +319,7 @@ func TestFilteredDeviceHintsMergeWithOtherProviders(t *testing.T) {
 					{"cpu": tc.other},
 					{"memory": tc.other},
 				}
-				got, err := p.Admit(tc.machine, providers)
+				got, err := p.Admit(NUMAInfo{Nodes: tc.machine}, PolicyOptions{}, providers)
 				if err != nil {
 					t.Fatalf("Admit() = %v, want admitted", err)
 				}
