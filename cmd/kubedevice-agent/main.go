@@ -127,6 +127,7 @@ func run() error {
 	logger.WithName("setup").Info("Starting the agent", "node", s.opts.NodeName, "namespace", s.opts.Namespace,
 		"pluginDir", s.core.PluginDir, "pluginsRegistryDir", s.core.PluginsRegistryDir,
 		"topologyPolicy", s.core.TopologyPolicy, "topologyScope", s.core.TopologyScope,
+		"topologyPolicyOptions", s.core.TopologyPolicyOptions,
 		"runtimeInjection", s.opts.RuntimeInjection, "nriSocket", s.opts.NRI.SocketPath,
 		"podResourcesSocket", s.opts.PodResources.SocketPath)
 	if err := mgr.Start(ctx); err != nil {
@@ -145,6 +146,7 @@ func parseFlags() (*settings, error) {
 	s.core.Registerer = metrics.Registry
 	s.opts.PodResources.Registerer = metrics.Registry
 	var topologyPolicy, topologyScope, injection, allocatePolicy string
+	var topologyPolicyOptions []string
 
 	flag.StringVar(&s.opts.NodeName, "node-name", os.Getenv("NODE_NAME"),
 		"Name of the node the agent runs on (required); defaults to $NODE_NAME, set from the pod's spec.nodeName by the DaemonSet.")
@@ -162,6 +164,9 @@ func parseFlags() (*settings, error) {
 		"Topology manager policy for NUMA alignment of devices: "+joinValues(topology.Policies)+".")
 	flag.StringVar(&topologyScope, "topology-scope", string(s.core.TopologyScope),
 		"Granularity of NUMA alignment: "+joinValues(topology.Scopes)+".")
+	flag.Func("topology-policy-options",
+		"Topology manager policy options as the kubelet's --topology-manager-policy-options, key=value[,key=value...], repeatable: "+topology.OptionPreferClosestNUMANodes+"=true (best-effort and restricted prefer the NUMA set with the shortest distances, read from sysfs) and "+topology.OptionMaxAllowableNUMANodes+"=N (a policy other than none refuses to start on more NUMA nodes; default and minimum 8).",
+		func(v string) error { topologyPolicyOptions = append(topologyPolicyOptions, v); return nil })
 	flag.StringVar(&injection, "runtime-injection", string(agent.RuntimeInjectionNRI),
 		"How containers get their devices at creation: "+joinValues(agent.RuntimeInjections)+". nri: the agent is an NRI plugin of the container runtime (containerd 2.x, CRI-O) and adds each container's envs, mounts, device nodes and CDI devices; while the NRI socket is missing or the connection is down it logs it, sets RuntimeInjectionReady=False on the node's NodeDevices and reconnects. none: no container is adjusted.")
 	flag.StringVar(&s.opts.NRI.SocketPath, "nri-socket", nri.DefaultSocketPath,
@@ -196,6 +201,9 @@ func parseFlags() (*settings, error) {
 	}
 	if s.core.TopologyScope, err = topology.ParseScope(topologyScope); err != nil {
 		return nil, fmt.Errorf("--topology-scope: %w", err)
+	}
+	if s.core.TopologyPolicyOptions, err = topology.ParsePolicyOptions(topologyPolicyOptions); err != nil {
+		return nil, fmt.Errorf("--topology-policy-options: %w", err)
 	}
 	if s.opts.RuntimeInjection, err = agent.ParseRuntimeInjection(injection); err != nil {
 		return nil, fmt.Errorf("--runtime-injection: %w", err)

@@ -92,6 +92,9 @@ func defaultAllocationConfig(cfg *Config) error {
 	if _, err := topology.ParsePolicy(string(cfg.TopologyPolicy)); err != nil {
 		return fmt.Errorf("creating device manager: %w", err)
 	}
+	if n := cfg.TopologyPolicyOptions.MaxAllowableNUMANodes; n != 0 && n < topology.DefaultMaxAllowableNUMANodes {
+		return fmt.Errorf("creating device manager: %s %d is below the minimum %d", topology.OptionMaxAllowableNUMANodes, n, topology.DefaultMaxAllowableNUMANodes)
+	}
 	if cfg.TopologyScope == "" {
 		cfg.TopologyScope = topology.ScopeContainer
 	}

@@ -261,7 +261,10 @@ func TestAdmit(t *testing.T) {
 			t.Errorf("error Policy = %q, want %q", terr.Policy, p)
 		}
 	}
-	if terr := new(AffinityError); !errors.As(func() error { _, err := PolicyRestricted.Admit(NUMAInfo{Nodes: twoNodes}, PolicyOptions{}, crossNUMA); return err }(), &terr) || terr.Hint != hint(t, false, 0, 1) {
+	if terr := new(AffinityError); !errors.As(func() error {
+		_, err := PolicyRestricted.Admit(NUMAInfo{Nodes: twoNodes}, PolicyOptions{}, crossNUMA)
+		return err
+	}(), &terr) || terr.Hint != hint(t, false, 0, 1) {
 		t.Errorf("restricted refusal should carry the merged hint {0,1}, got %+v", terr)
 	}
 
