@@ -98,22 +98,19 @@ func NewPolicyOptions(options map[string]string) (PolicyOptions, error) {
 
 // ParsePolicyOptions parses the values of a repeatable
 // --topology-policy-options flag, each a comma-separated list of key=value
-// pairs as the kubelet's --topology-manager-policy-options (a
-// cliflag.ConfigurationMap): pairs are trimmed, empty ones are skipped, a
-// pair without "=" is an error and a later value for a key replaces an
-// earlier one. The result is validated with NewPolicyOptions.
+// pairs split as the kubelet's --topology-manager-policy-options (a
+// cliflag.ConfigurationMap): empty pairs are skipped, key and value are
+// trimmed, a pair without "=" has the empty value, and a later value for a
+// key replaces an earlier one. The result is validated with
+// NewPolicyOptions, so a missing value or a blank key is refused there.
 func ParsePolicyOptions(values []string) (PolicyOptions, error) {
 	kv := make(map[string]string)
 	for _, value := range values {
 		for _, pair := range strings.Split(value, ",") {
-			pair = strings.TrimSpace(pair)
 			if pair == "" {
 				continue
 			}
-			k, v, ok := strings.Cut(pair, "=")
-			if !ok {
-				return PolicyOptions{}, fmt.Errorf("parsing topology policy option %q: missing value, expected key=value", pair)
-			}
+			k, v, _ := strings.Cut(pair, "=")
 			kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
