@@ -67,10 +67,13 @@ func validateRequest(r *pluginapi.RegisterRequest, pluginDir string) error {
 }
 
 // isPlainFileName reports whether name names an entry directly inside a
-// directory: not empty, no separator, not "." or "..".
+// directory: not empty, no separator, not "." or "..", and no NUL (no file
+// name holds one, and the kernel would cut a socket path there: "..\x00"
+// would name the directory's parent; until now only checkEndpoint's Lstat
+// refused it, with an error about checking rather than the endpoint).
 func isPlainFileName(name string) bool {
 	return name != "" && name != "." && name != ".." &&
-		!strings.ContainsRune(name, '/') && filepath.Base(name) == name
+		!strings.ContainsAny(name, "/\x00") && filepath.Base(name) == name
 }
 
 // validatePlugin is the kubelet's ValidatePlugin for the pluginwatcher path,
