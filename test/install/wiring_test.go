@@ -256,18 +256,20 @@ func TestImagePathsAgree(t *testing.T) {
 
 // omittedFlags are the flags of the agent and the controller that the installs leave at their
 // defaults on purpose: the in-cluster configuration, logging, --nri-host-root (the agent sees
-// the host's /dev at /dev), and --allocate-policy (an administrator's opt-in file, mounted by
+// the host's /dev at /dev), --allocate-policy (an administrator's opt-in file, mounted by
 // them; without it the agent checks the structure of Allocate responses only: docs/design.md,
-// "Trust model").
+// "Trust model"), and --topology-policy-options (none means the kubelet's defaults; the chart
+// passes agent.topologyPolicyOptions only when set, and config/agent shows it commented out).
 var omittedFlags = map[string]bool{
-	"allocate-policy":      true,
-	"kubeconfig":           true,
-	"zap-devel":            true,
-	"zap-encoder":          true,
-	"zap-log-level":        true,
-	"zap-stacktrace-level": true,
-	"zap-time-encoding":    true,
-	"nri-host-root":        true,
+	"allocate-policy":         true,
+	"topology-policy-options": true,
+	"kubeconfig":              true,
+	"zap-devel":               true,
+	"zap-encoder":             true,
+	"zap-log-level":           true,
+	"zap-stacktrace-level":    true,
+	"zap-time-encoding":       true,
+	"nri-host-root":           true,
 }
 
 // binaryFlags builds the commands and returns the names of the flags each defines, from its -h
