@@ -98,6 +98,36 @@ const (
 	DeviceUnhealthy DeviceHealth = "Unhealthy"
 )
 
+// DevicePath is how pods get a resource's devices on a node.
+// +kubebuilder:validation:Enum=NodeCapacity;DRA;Observed
+type DevicePath string
+
+const (
+	// DevicePathNodeCapacity is the device plugin path: the controller publishes the resource as
+	// node capacity, the agent allocates devices to the pods bound to the node and the container
+	// runtime injects them. A NodeDevice without a path is read as this one.
+	DevicePathNodeCapacity DevicePath = "NodeCapacity"
+
+	// DevicePathDRA: the agent is the resource's DRA driver. Its devices are published in
+	// ResourceSlices, the scheduler allocates them to ResourceClaims (a pod's plain
+	// extended-resource request too, through the DeviceClass's extendedResourceName) and the
+	// kubelet prepares them through the agent. The node publishes no capacity for the resource.
+	DevicePathDRA DevicePath = "DRA"
+
+	// DevicePathObserved: the kubelet manages the resource's device plugin itself; the agent only
+	// mirrors what the kubelet reports. kubedevice never writes the resource's node capacity.
+	DevicePathObserved DevicePath = "Observed"
+)
+
+// EffectivePath is the path of a NodeDevice status: its path, or DevicePathNodeCapacity when the
+// status names none (objects written before the field existed).
+func (s *NodeDeviceStatus) EffectivePath() DevicePath {
+	if s.Path == "" {
+		return DevicePathNodeCapacity
+	}
+	return s.Path
+}
+
 // PluginStatus describes the device plugin serving the resource.
 type PluginStatus struct {
 	// endpoint is the plugin's socket path on the node.
@@ -208,6 +238,13 @@ type NodeDeviceStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// path is how pods get the resource's devices on the node: NodeCapacity (the device plugin
+	// path: node capacity, allocation at bind time, injection by the runtime), DRA (ResourceSlices
+	// and ResourceClaims; no node capacity) or Observed (the kubelet manages the plugin; the agent
+	// only mirrors it). Empty means NodeCapacity. A resource is served by one path on a node.
+	// +optional
+	Path DevicePath `json:"path,omitempty"`
+
 	// plugin describes the device plugin serving the resource.
 	// +optional
 	Plugin *PluginStatus `json:"plugin,omitempty"`
@@ -267,6 +304,7 @@ type NodeDeviceStatus struct {
 // +kubebuilder:selectablefield:JSONPath=`.spec.resourceName`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Resource",type=string,JSONPath=`.spec.resourceName`
+// +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.status.path`
 // +kubebuilder:printcolumn:name="Capacity",type=integer,JSONPath=`.status.capacity`
 // +kubebuilder:printcolumn:name="Allocatable",type=integer,JSONPath=`.status.allocatable`
 // +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.allocated`
