@@ -56,8 +56,9 @@ type capacityPlan struct {
 //
 // Only the node-capacity path publishes. A resource whose live shards all say it is served
 // through DRA is withdrawn from the node when the node publishes it: the scheduler serves a
-// DeviceClass's extendedResourceName through DRA only on nodes that do not publish it, and a
-// count of zero would still be taken for the device plugin path. A resource with a live shard the
+// DeviceClass's extendedResourceName through DRA only on nodes whose allocatable for it is not
+// above zero (noderesources' shouldDelegateResourceToDRA), and a resource the node does not name
+// at all says so plainly, where a zero would read as "no devices". A resource with a live shard the
 // kubelet manages (observed) is never written: its capacity is the kubelet's. While a resource's
 // live shards disagree on the path (the agent rewrites them one by one when it switches), the
 // node keeps what it publishes.
