@@ -118,7 +118,7 @@ func CacheOptions(opts Options) cache.Options {
 	}
 }
 
-// Setup adds the node capacity, NodeDevice and DeviceAllocation controllers to mgr. The field
+// Setup adds the node capacity, NodeDevice, DeviceAllocation and DeviceClass controllers to mgr. The field
 // indexes of package indexer must be registered on the same manager (indexer.Setup), and the
 // manager's cache built with CacheOptions.
 func Setup(mgr ctrl.Manager, opts Options) error {
@@ -158,6 +158,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		leases:    leases,
 	}).setupWithManager(mgr, ctrlOpts); err != nil {
 		return fmt.Errorf("setting up the DeviceAllocation controller: %w", err)
+	}
+	if err := (&deviceClassReconciler{
+		client:   mgr.GetClient(),
+		recorder: recorder,
+	}).setupWithManager(mgr, ctrlOpts); err != nil {
+		return fmt.Errorf("setting up the DeviceClass controller: %w", err)
 	}
 	return nil
 }
