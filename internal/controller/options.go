@@ -41,6 +41,10 @@ const (
 	// LeaderElectionID names the controller's leader election Lease (contract.LeaderElectionID).
 	LeaderElectionID = contract.LeaderElectionID
 
+	// DRADriverName is the DRA driver of the agents' ResourceSlices, whose devices the
+	// controller's DeviceClasses select (contract.DRADriverName).
+	DRADriverName = contract.DRADriverName
+
 	// NodeCapacityFinalizer holds a NodeDevice until its resource is zero on the node
 	// (contract.NodeCapacityFinalizer).
 	NodeCapacityFinalizer = contract.NodeCapacityFinalizer
