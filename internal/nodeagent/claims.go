@@ -38,8 +38,10 @@ import (
 //
 // A claim is recorded under the key ClaimKeyPrefix + claim UID, never a pod
 // UID (a pod UID is a UUID and has no ':'), with the claim's namespace and
-// name in the entry's pod namespace and name fields and ClaimContainer as its
-// container name: one entry per resource the claim holds devices of. The
+// name in the entry's pod namespace and name fields and the claim's request
+// name as its container name (ClaimContainer when none is given): one entry
+// per request and resource, each with the plugin's Allocate response for
+// exactly that request's devices, as a container's. The
 // checkpoint format is unchanged, so an older agent reads such a file; it
 // takes the claim for a pod that no longer exists and frees its devices at
 // its first garbage collection (see docs/design.md, "DRA").
@@ -47,7 +49,7 @@ const (
 	// ClaimKeyPrefix starts the store key of a ResourceClaim.
 	ClaimKeyPrefix = "claim:"
 	// ClaimContainer is the container name a claim's entries are recorded
-	// under.
+	// under when the request has no name.
 	ClaimContainer = "resourceclaim"
 )
 
@@ -64,8 +66,12 @@ type ClaimRef struct {
 	Name      string
 }
 
-// ClaimRequest is the devices of one resource a claim was allocated.
+// ClaimRequest is the devices of one resource a claim was allocated for one
+// of its requests.
 type ClaimRequest struct {
+	// Request is the claim's request name (with its subrequest, as in the
+	// allocation result); empty is ClaimContainer.
+	Request      string
 	ResourceName string
 	// DeviceIDs are the plugin's device IDs.
 	DeviceIDs []string
@@ -74,13 +80,14 @@ type ClaimRequest struct {
 // ClaimAllocation is what a prepared claim holds.
 type ClaimAllocation struct {
 	Claim ClaimRef
-	// Resources sorted by resource name.
+	// Resources sorted by request, then resource name.
 	Resources []ClaimResourceAllocation
 }
 
-// ClaimResourceAllocation is the devices of one resource a claim holds and
-// the plugin's Allocate response for them.
+// ClaimResourceAllocation is the devices of one resource a claim holds for
+// one request and the plugin's Allocate response for them.
 type ClaimResourceAllocation struct {
+	Request      string
 	ResourceName string
 	// DeviceIDs sorted.
 	DeviceIDs []string
@@ -128,16 +135,16 @@ func (m *Manager) PrepareClaim(ctx context.Context, claim ClaimRef, requests []C
 	defer unlock()
 
 	m.mu.Lock()
-	held := make(map[string]sets.Set[string])
+	held := make(map[containerResource]sets.Set[string])
 	stale := false
 	for _, e := range m.pods.PodEntries(key) {
-		held[e.ResourceName] = sets.New(e.DeviceIDs.Devices()...)
+		held[containerResource{container: e.ContainerName, resource: e.ResourceName}] = sets.New(e.DeviceIDs.Devices()...)
 		stale = stale || m.isStaleLocked(key, e.ContainerName, e.ResourceName)
 	}
 	if len(held) > 0 {
 		same := len(held) == len(want)
-		for r, ids := range want {
-			same = same && held[r].Equal(ids)
+		for k, ids := range want {
+			same = same && held[k].Equal(ids)
 		}
 		if !same {
 			m.mu.Unlock()
@@ -151,11 +158,11 @@ func (m *Manager) PrepareClaim(ctx context.Context, claim ClaimRef, requests []C
 		}
 	}
 	refresh := len(held) > 0
-	resources := sortedKeys(want)
-	for _, r := range resources {
-		if err := m.reserveClaimLocked(key, r, want[r], refresh); err != nil {
-			for _, done := range resources {
-				m.pods.Rollback(key, ClaimContainer, done)
+	groups := sortedGroups(want)
+	for _, k := range groups {
+		if err := m.reserveClaimLocked(key, k, want[k], refresh); err != nil {
+			for _, done := range groups {
+				m.pods.Rollback(key, done.container, done.resource)
 			}
 			m.mu.Unlock()
 			return ClaimAllocation{}, err
@@ -166,11 +173,11 @@ func (m *Manager) PrepareClaim(ctx context.Context, claim ClaimRef, requests []C
 	tx := m.newTxnRef(poddevices.PodRef{UID: key, Namespace: claim.Namespace, Name: claim.Name})
 	tx.worked = true
 	var txErr error
-	for i, r := range resources {
-		if txErr = m.allocateClaimResource(ctx, tx, r, sets.List(want[r]), refresh); txErr != nil {
+	for i, k := range groups {
+		if txErr = m.allocateClaimResource(ctx, tx, k, sets.List(want[k]), refresh); txErr != nil {
 			m.mu.Lock()
-			for _, rest := range resources[i:] {
-				m.pods.Rollback(key, ClaimContainer, rest)
+			for _, rest := range groups[i:] {
+				m.pods.Rollback(key, rest.container, rest.resource)
 			}
 			m.mu.Unlock()
 			break
@@ -184,9 +191,11 @@ func (m *Manager) PrepareClaim(ctx context.Context, claim ClaimRef, requests []C
 	return m.claimAllocationLocked(key), nil
 }
 
-// claimRequests validates the requests and merges them per resource.
-func (m *Manager) claimRequests(claim ClaimRef, requests []ClaimRequest) (map[string]sets.Set[string], error) {
-	want := make(map[string]sets.Set[string])
+// claimRequests validates the requests and merges them per request and
+// resource.
+func (m *Manager) claimRequests(claim ClaimRef, requests []ClaimRequest) (map[containerResource]sets.Set[string], error) {
+	want := make(map[containerResource]sets.Set[string])
+	seen := make(map[string]sets.Set[string]) // resource → IDs, across requests
 	for _, rq := range requests {
 		if rq.ResourceName == "" || len(rq.DeviceIDs) == 0 {
 			return nil, &AllocationError{Reason: AllocationAllocateFailed,
@@ -196,15 +205,27 @@ func (m *Manager) claimRequests(claim ClaimRef, requests []ClaimRequest) (map[st
 			return nil, &AllocationError{Reason: AllocationAllocateFailed,
 				Err: fmt.Errorf("preparing claim %s/%s: resource %s is not served through DRA on this node", claim.Namespace, claim.Name, rq.ResourceName)}
 		}
-		if want[rq.ResourceName] == nil {
-			want[rq.ResourceName] = sets.New[string]()
+		k := containerResource{container: rq.Request, resource: rq.ResourceName}
+		if k.container == "" {
+			k.container = ClaimContainer
+		}
+		if want[k] == nil {
+			want[k] = sets.New[string]()
+		}
+		if seen[k.resource] == nil {
+			seen[k.resource] = sets.New[string]()
 		}
 		for _, id := range rq.DeviceIDs {
 			if id == "" {
 				return nil, &AllocationError{Reason: AllocationAllocateFailed,
 					Err: fmt.Errorf("preparing claim %s/%s: an empty device ID of %s", claim.Namespace, claim.Name, rq.ResourceName)}
 			}
-			want[rq.ResourceName].Insert(id)
+			if seen[k.resource].Has(id) && !want[k].Has(id) {
+				return nil, &AllocationError{Reason: AllocationAllocateFailed,
+					Err: fmt.Errorf("preparing claim %s/%s: device %q of %s is allocated to two requests", claim.Namespace, claim.Name, id, rq.ResourceName)}
+			}
+			seen[k.resource].Insert(id)
+			want[k].Insert(id)
 		}
 	}
 	if len(want) == 0 {
@@ -214,9 +235,11 @@ func (m *Manager) claimRequests(claim ClaimRef, requests []ClaimRequest) (map[st
 	return want, nil
 }
 
-// reserveClaimLocked checks and reserves ids of resource for the claim. With
-// refresh the claim holds them already (a reallocation after a reboot).
-func (m *Manager) reserveClaimLocked(key, resource string, ids sets.Set[string], refresh bool) error {
+// reserveClaimLocked checks and reserves the devices ids of one request and
+// resource for the claim. With refresh the claim holds them already (a
+// reallocation after a reboot).
+func (m *Manager) reserveClaimLocked(key string, k containerResource, ids sets.Set[string], refresh bool) error {
+	resource := k.resource
 	if m.rebuildPending {
 		return &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true,
 			Err: fmt.Errorf("preparing devices of %s: %w", resource, errRebuildPending)}
@@ -248,7 +271,7 @@ func (m *Manager) reserveClaimLocked(key, resource string, ids sets.Set[string],
 				Err: fmt.Errorf("preparing devices of %s: device %q is held by %s", resource, id, m.describeHolderLocked(uid, container))}
 		}
 	}
-	if err := m.pods.Reserve(key, ClaimContainer, resource, sets.List(ids)...); err != nil {
+	if err := m.pods.Reserve(key, k.container, resource, sets.List(ids)...); err != nil {
 		// Held by an allocation in flight.
 		return &AllocationError{Reason: AllocationInsufficientDevices, Retryable: true,
 			Err: fmt.Errorf("preparing devices of %s: %w", resource, err)}
@@ -267,12 +290,12 @@ func (m *Manager) describeHolderLocked(uid, container string) string {
 
 // allocateClaimResource runs the plugin's Allocate (and PreStartContainer
 // where required) for the reserved devices of one resource and commits them.
-func (m *Manager) allocateClaimResource(ctx context.Context, tx *allocTxn, resource string, ids []string, refresh bool) error {
-	key := tx.pod.UID
+func (m *Manager) allocateClaimResource(ctx context.Context, tx *allocTxn, k containerResource, ids []string, refresh bool) error {
+	key, resource, request := tx.pod.UID, k.resource, k.container
 	m.mu.Lock()
 	r := m.resources[resource]
 	if r == nil || r.primary == nil {
-		m.pods.Rollback(key, ClaimContainer, resource)
+		m.pods.Rollback(key, request, resource)
 		m.mu.Unlock()
 		return &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errUnregisteredDevice, resource)}
 	}
@@ -286,7 +309,7 @@ func (m *Manager) allocateClaimResource(ctx context.Context, tx *allocTxn, resou
 	m.metrics.allocDuration.WithLabelValues(resource).Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:
-		err = rpcAllocationError(ep, resource, ClaimContainer, err)
+		err = rpcAllocationError(ep, resource, request, err)
 	case len(resp.GetContainerResponses()) == 0 || resp.GetContainerResponses()[0] == nil:
 		err = &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf(errNoContainerResponses, resp)}
 	default:
@@ -305,23 +328,22 @@ func (m *Manager) allocateClaimResource(ctx context.Context, tx *allocTxn, resou
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {
-		m.pods.Rollback(key, ClaimContainer, resource)
+		m.pods.Rollback(key, request, resource)
 		return err
 	}
-	if cerr := m.pods.Commit(tx.pod, ClaimContainer, resource, m.devicesPerNUMALocked(resource, ids), resp.GetContainerResponses()[0]); cerr != nil {
-		m.pods.Rollback(key, ClaimContainer, resource)
+	if cerr := m.pods.Commit(tx.pod, request, resource, m.devicesPerNUMALocked(resource, ids), resp.GetContainerResponses()[0]); cerr != nil {
+		m.pods.Rollback(key, request, resource)
 		return &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("preparing devices of %s: %w", resource, cerr)}
 	}
 	m.podRefs[key] = tx.pod
 	m.podChangedLocked(key)
 	tx.changed.Insert(resource)
-	k := containerResource{container: ClaimContainer, resource: resource}
 	if refresh {
 		tx.refreshed = append(tx.refreshed, k)
 	} else {
 		tx.added = append(tx.added, k)
 	}
-	klog.FromContext(ctx).V(4).Info("Prepared claim devices", "resourceName", resource, "deviceIDs", ids, "reallocation", refresh)
+	klog.FromContext(ctx).V(4).Info("Prepared claim devices", "request", request, "resourceName", resource, "deviceIDs", ids, "reallocation", refresh)
 	return nil
 }
 
@@ -407,26 +429,37 @@ func (m *Manager) claimAllocationLocked(key string) ClaimAllocation {
 			m.logger.Error(err, "Decoding a claim's recorded Allocate response", "claimUID", out.Claim.UID)
 		}
 		out.Resources = append(out.Resources, ClaimResourceAllocation{
-			ResourceName: ra.ResourceName, DeviceIDs: ra.DeviceIDs, NUMANodes: ra.NUMANodes, Response: resp,
+			Request: e.ContainerName, ResourceName: ra.ResourceName, DeviceIDs: ra.DeviceIDs, NUMANodes: ra.NUMANodes, Response: resp,
 		})
 	}
-	slices.SortFunc(out.Resources, func(a, b ClaimResourceAllocation) int { return strings.Compare(a.ResourceName, b.ResourceName) })
+	slices.SortFunc(out.Resources, func(a, b ClaimResourceAllocation) int {
+		if c := strings.Compare(a.Request, b.Request); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ResourceName, b.ResourceName)
+	})
 	return out
 }
 
-func sortedKeys(m map[string]sets.Set[string]) []string {
-	out := make([]string, 0, len(m))
+// sortedGroups returns the keys of m sorted by request, then resource.
+func sortedGroups(m map[containerResource]sets.Set[string]) []containerResource {
+	out := make([]containerResource, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b containerResource) int {
+		if c := strings.Compare(a.container, b.container); c != 0 {
+			return c
+		}
+		return strings.Compare(a.resource, b.resource)
+	})
 	return out
 }
 
-func describeSets(m map[string]sets.Set[string]) map[string][]string {
+func describeSets(m map[containerResource]sets.Set[string]) map[string][]string {
 	out := make(map[string][]string, len(m))
 	for k, v := range m {
-		out[k] = sets.List(v)
+		out[k.container+"/"+k.resource] = sets.List(v)
 	}
 	return out
 }
