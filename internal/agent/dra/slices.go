@@ -69,7 +69,7 @@ type pool struct {
 	// ids maps a DRA device name to the plugin's device ID.
 	ids map[string]string
 	// names is the reverse.
-	names map[string]string
+	names  map[string]string
 	slices []resourceslice.Slice
 	// dropped are the device IDs left out (name collisions, see DeviceName), for the log.
 	dropped []string
