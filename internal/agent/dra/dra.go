@@ -75,14 +75,11 @@ type Options struct {
 	Listen func(ctx context.Context, path string) (net.Listener, error)
 }
 
-// Validate reports missing settings.
+// Validate reports missing or relative settings (Setup also needs Core and Gate).
 func (o Options) Validate() error {
 	var errs []error
 	if o.NodeName == "" {
 		errs = append(errs, errors.New("the node name is required"))
-	}
-	if o.Core == nil || o.Gate == nil {
-		errs = append(errs, errors.New("the core and the start-up gate are required"))
 	}
 	for name, dir := range map[string]string{"kubelet plugins": o.KubeletPluginsDir, "kubelet registry": o.KubeletRegistryDir, "CDI": o.CDIDir} {
 		if !filepath.IsAbs(dir) {
@@ -101,6 +98,9 @@ func (o Options) Validate() error {
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err
+	}
+	if opts.Core == nil || opts.Gate == nil {
+		return errors.New("DRA flow: the core and the start-up gate are required")
 	}
 	if opts.KubeClient == nil {
 		cs, err := kubernetes.NewForConfig(mgr.GetConfig())
