@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
@@ -132,12 +133,20 @@ func (r *runner) Start(ctx context.Context) error {
 	}
 	logger := klog.FromContext(ctx).WithName("dra")
 	ctx = klog.NewContext(ctx, logger)
+	// The library listens in these directories but does not create them; the driver's own
+	// directory under the kubelet's plugins directory never exists on a fresh node.
+	dataDir := filepath.Join(r.opts.KubeletPluginsDir, DriverName)
+	for _, dir := range []string{dataDir, r.opts.KubeletRegistryDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("creating the DRA plugin directory: %w", err)
+		}
+	}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(DriverName),
 		kubeletplugin.KubeClient(r.opts.KubeClient),
 		kubeletplugin.NodeName(r.opts.NodeName),
 		kubeletplugin.RegistrarDirectoryPath(r.opts.KubeletRegistryDir),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join(r.opts.KubeletPluginsDir, DriverName)),
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
 		// The core serializes what must be (per claim, per device); a plugin that hangs must not
 		// hold up the claims of other resources.
 		kubeletplugin.Serialize(false),
