@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kubedevice/kubedevice/internal/agent/allocation"
+	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/agent/injection"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/agent/mirror"
@@ -85,6 +86,13 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 		Core: dm, Cordons: dm, Injection: inj, Gate: gate, Clock: opts.Clock,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up the NodeDevice mirror: %w", err)
+	}
+	if opts.DRAResources.Any() {
+		d := opts.DRA
+		d.NodeName, d.Core, d.Gate = opts.NodeName, dm, gate
+		if err := dra.Setup(mgr, d); err != nil {
+			return nil, fmt.Errorf("setting up the DRA kubelet plugin: %w", err)
+		}
 	}
 	if err := mgr.Add(&leaseRenewer{opts: opts, gate: gate, client: mgr.GetClient(), apiReader: mgr.GetAPIReader()}); err != nil {
 		return nil, fmt.Errorf("adding the agent's Lease: %w", err)

@@ -1,0 +1,219 @@
+/*
+Copyright 2026 The kubedevice Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent"
+	"github.com/kubedevice/kubedevice/internal/agent/dra"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
+)
+
+func withDRA(patterns ...string) func(*agent.Options) {
+	return func(o *agent.Options) {
+		r, err := dra.ParseResources(patterns)
+		Expect(err).NotTo(HaveOccurred())
+		o.DRAResources = r
+	}
+}
+
+// slicesOf lists the node's ResourceSlices of the driver, by pool, devices in slice order.
+func slicesOf(node string) func() (map[string][]resourceapi.ResourceSlice, error) {
+	return func() (map[string][]resourceapi.ResourceSlice, error) {
+		var list resourceapi.ResourceSliceList
+		if err := k8sClient.List(ctx, &list, client.MatchingFields{"spec.nodeName": node}); err != nil {
+			return nil, err
+		}
+		out := map[string][]resourceapi.ResourceSlice{}
+		for _, s := range list.Items {
+			if s.Spec.Driver == dra.DriverName {
+				out[s.Spec.Pool.Name] = append(out[s.Spec.Pool.Name], s)
+			}
+		}
+		for _, ss := range out {
+			slices.SortFunc(ss, func(a, b resourceapi.ResourceSlice) int {
+				if a.Name < b.Name {
+					return -1
+				}
+				return 1
+			})
+		}
+		return out, nil
+	}
+}
+
+// deviceOf finds device name in the node's slices of pool.
+func deviceOf(node, pool, name string) func() (*resourceapi.Device, error) {
+	return func() (*resourceapi.Device, error) {
+		all, err := slicesOf(node)()
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range all[pool] {
+			for i := range s.Spec.Devices {
+				if s.Spec.Devices[i].Name == name {
+					return &s.Spec.Devices[i], nil
+				}
+			}
+		}
+		return nil, fmt.Errorf("device %s/%s not published", pool, name)
+	}
+}
+
+func taintKeys(d *resourceapi.Device) []string {
+	if d == nil {
+		return nil
+	}
+	var out []string
+	for _, t := range d.Taints {
+		out = append(out, t.Key+"="+t.Value)
+	}
+	return out
+}
+
+var _ = Describe("The DRA flow", func() {
+	It("publishes a DRA-served resource's devices in ResourceSlices, taints them as they change, and splits large pools", func() {
+		n := newNodeAgent(0, withDRA("example.com/*"))
+		devs := []*pluginapi.Device{
+			dptest.Device("gopher-0", pluginapi.Healthy, 0),
+			dptest.Device("Gopher_1", pluginapi.Healthy, 1),
+			dptest.Device("gopher-2", pluginapi.Healthy),
+		}
+		p := n.plugin(gopher, devs)
+		n.register(p)
+
+		By("the kubelet plugin registered in the registry directory and serves its socket")
+		Eventually(func() error {
+			_, err := os.Stat(filepath.Join(n.dir, "plugins_registry", dra.DriverName+"-reg.sock"))
+			return err
+		}).Should(Succeed())
+		Expect(filepath.Join(n.dir, "plugins", dra.DriverName, "dra.sock")).To(BeAnExistingFile())
+
+		By("one pool named after the resource, devices named by DeviceName with the plugin's ID")
+		Eventually(func(g Gomega) {
+			all, err := slicesOf(n.name)()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(all).To(HaveKey(string(gopher)))
+			g.Expect(all[string(gopher)]).To(HaveLen(1))
+			var names []string
+			for _, d := range all[string(gopher)][0].Spec.Devices {
+				names = append(names, d.Name)
+			}
+			g.Expect(names).To(ConsistOf("gopher-0", dra.DeviceName("Gopher_1"), "gopher-2"))
+		}).Should(Succeed())
+		d, err := deviceOf(n.name, string(gopher), dra.DeviceName("Gopher_1"))()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(*d.Attributes[dra.AttributeDeviceID].StringValue).To(Equal("Gopher_1"))
+		Expect(*d.Attributes[dra.AttributeResourceName].StringValue).To(Equal(string(gopher)))
+		Expect(*d.Attributes[deviceattribute.StandardDeviceAttributeNUMANode].IntValue).To(Equal(int64(1)))
+		Expect(d.Taints).To(BeEmpty())
+		d2, _ := deviceOf(n.name, string(gopher), "gopher-2")()
+		Expect(d2.Attributes).NotTo(HaveKey(deviceattribute.StandardDeviceAttributeNUMANode))
+
+		By("the NodeDevice says the path is DRA")
+		Eventually(func() (kdv1alpha1.DevicePath, error) {
+			nd, err := n.nodeDevice(gopher, 0)()
+			if err != nil {
+				return "", err
+			}
+			return nd.Status.Path, nil
+		}).Should(Equal(kdv1alpha1.DevicePathDRA))
+
+		By("an unhealthy device is tainted, with the reason")
+		devs[0] = dptest.Device("gopher-0", pluginapi.Unhealthy, 0)
+		start := time.Now()
+		p.Update(devs)
+		Eventually(func() ([]string, error) {
+			d, err := deviceOf(n.name, string(gopher), "gopher-0")()
+			return taintKeys(d), err
+		}).WithPolling(20 * time.Millisecond).Should(ConsistOf(dra.TaintUnhealthy + "=PluginReportedUnhealthy"))
+		GinkgoWriter.Printf("unhealthy taint visible after %s\n", time.Since(start))
+
+		By("a cordoned device is tainted")
+		Eventually(func() error {
+			nd, err := n.nodeDevice(gopher, 0)()
+			if err != nil {
+				return err
+			}
+			patch := client.MergeFrom(nd.DeepCopy())
+			nd.Spec.Cordons = []kdv1alpha1.DeviceCordon{{DeviceID: "gopher-2", Reason: "maintenance"}}
+			return k8sClient.Patch(ctx, nd, patch)
+		}).Should(Succeed())
+		Eventually(func() ([]string, error) {
+			d, err := deviceOf(n.name, string(gopher), "gopher-2")()
+			return taintKeys(d), err
+		}).Should(ConsistOf(dra.TaintCordoned + "="))
+
+		By("healthy again: the taint goes")
+		devs[0] = dptest.Device("gopher-0", pluginapi.Healthy, 0)
+		p.Update(devs)
+		Eventually(func() ([]string, error) {
+			d, err := deviceOf(n.name, string(gopher), "gopher-0")()
+			return taintKeys(d), err
+		}).Should(BeEmpty())
+
+		By("the plugin disconnects: every device is tainted")
+		p.Stop()
+		Eventually(func() ([]string, error) {
+			d, err := deviceOf(n.name, string(gopher), "gopher-0")()
+			return taintKeys(d), err
+		}).Should(ConsistOf(dra.TaintPluginDisconnected + "=PluginDisconnected"))
+
+		By("a pool of 130 devices is split into slices of 64")
+		many := corev1.ResourceName("example.com/many")
+		q := n.plugin(many, gophers("m", 130))
+		n.register(q)
+		Eventually(func(g Gomega) {
+			all, err := slicesOf(n.name)()
+			g.Expect(err).NotTo(HaveOccurred())
+			var sizes []int
+			for _, s := range all[string(many)] {
+				sizes = append(sizes, len(s.Spec.Devices))
+				g.Expect(s.Spec.Pool.ResourceSliceCount).To(Equal(int64(3)))
+			}
+			g.Expect(sizes).To(ConsistOf(64, 64, 2))
+		}).Should(Succeed())
+	})
+
+	It("publishes nothing for resources served through node capacity", func() {
+		n := newNodeAgent(0, withDRA("other.example.com/*"))
+		p := n.plugin(gopher, gophers("g", 2))
+		n.register(p)
+		Eventually(func() error { _, err := n.nodeDevice(gopher, 0)(); return err }).Should(Succeed())
+		Consistently(func() (int, error) {
+			all, err := slicesOf(n.name)()
+			return len(all[string(gopher)]), err
+		}, "1s").Should(BeZero())
+		nd, err := n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(nd.Status.EffectivePath()).To(Equal(kdv1alpha1.DevicePathNodeCapacity))
+	})
+})
