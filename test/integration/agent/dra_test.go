@@ -25,9 +25,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -215,5 +219,89 @@ var _ = Describe("The DRA flow", func() {
 		nd, err := n.nodeDevice(gopher, 0)()
 		Expect(err).NotTo(HaveOccurred())
 		Expect(nd.Status.EffectivePath()).To(Equal(kdv1alpha1.DevicePathNodeCapacity))
+	})
+})
+
+var _ = Describe("The DRA kubelet plugin", func() {
+	It("prepares a claim over its gRPC socket, keeps it across an agent restart, and unprepares it", func() {
+		n := newNodeAgent(0, withDRA(string(gopher)))
+		devs := gophers("gopher", 2)
+		p := n.plugin(gopher, devs)
+		n.register(p)
+		Eventually(deviceOf(n.name, string(gopher), "gopher-1")).ShouldNot(BeNil())
+
+		By("a claim allocated gopher-1 by the scheduler")
+		ns := newNamespace()
+		claim := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "one-gopher"},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "g", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gopher"},
+			}}}},
+		}
+		Expect(k8sClient.Create(ctx, claim)).To(Succeed())
+		claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "g", Driver: dra.DriverName, Pool: string(gopher), Device: "gopher-1"}},
+		}}
+		Expect(k8sClient.Status().Update(ctx, claim)).To(Succeed())
+
+		call := func() drapb.DRAPluginClient {
+			conn, err := grpc.NewClient("unix://"+filepath.Join(n.dir, "plugins", dra.DriverName, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(conn.Close)
+			return drapb.NewDRAPluginClient(conn)
+		}
+		ref := []*drapb.Claim{{Namespace: ns, Name: claim.Name, Uid: string(claim.UID)}}
+		resp, err := call().NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: ref})
+		Expect(err).NotTo(HaveOccurred())
+		got := resp.GetClaims()[string(claim.UID)]
+		Expect(got.GetError()).To(BeEmpty())
+		Expect(got.GetDevices()).To(HaveLen(1))
+		Expect(got.GetDevices()[0].GetDeviceName()).To(Equal("gopher-1"))
+		Expect(got.GetDevices()[0].GetCdiDeviceIds()).To(Equal([]string{"kubedevice.io/device=" + string(claim.UID) + "-0"}))
+		spec := filepath.Join(n.dir, "cdi", "kubedevice.io-device_"+string(claim.UID)+".json")
+		Expect(spec).To(BeAnExistingFile())
+		Expect(os.ReadFile(spec)).To(ContainSubstring("gopher-1"))
+
+		By("the NodeDevice shows the claim holding the device; a second claim cannot have it")
+		Eventually(func() (string, error) {
+			nd, err := n.nodeDevice(gopher, 0)()
+			if err != nil {
+				return "", err
+			}
+			for _, d := range nd.Status.Devices {
+				if d.ID == "gopher-1" && d.Holder != nil {
+					return d.Holder.Namespace + "/" + d.Holder.ClaimName, nil
+				}
+			}
+			return "", nil
+		}).Should(Equal(ns + "/one-gopher"))
+
+		other := claim.DeepCopy()
+		other.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "same-gopher"}
+		other.Status = resourceapi.ResourceClaimStatus{}
+		Expect(k8sClient.Create(ctx, other)).To(Succeed())
+		other.Status.Allocation = claim.Status.Allocation.DeepCopy()
+		Expect(k8sClient.Status().Update(ctx, other)).To(Succeed())
+		resp, err = call().NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ns, Name: other.Name, Uid: string(other.UID)}}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.GetClaims()[string(other.UID)].GetError()).To(ContainSubstring(`device "gopher-1" is held by ResourceClaim ` + ns + "/one-gopher"))
+
+		By("the agent restarts: prepare again answers from the checkpoint, unprepare frees")
+		n.restart()
+		p = n.restartPlugin(p, devs)
+		resp, err = call().NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: ref})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.GetClaims()[string(claim.UID)].GetError()).To(BeEmpty())
+		un, err := call().NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: ref})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(un.GetClaims()[string(claim.UID)].GetError()).To(BeEmpty())
+		Expect(spec).NotTo(BeAnExistingFile())
+		Eventually(func() (bool, error) {
+			nd, err := n.nodeDevice(gopher, 0)()
+			if err != nil {
+				return false, err
+			}
+			return nd.Status.Allocated == 0, nil
+		}).Should(BeTrue())
 	})
 })
