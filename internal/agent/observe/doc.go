@@ -13,6 +13,7 @@ WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 See the License for the specific language governing permissions and
 limitations under the License.
 */
+
 // Package observe is the agent's observe mode (--mode=observe): the kubelet keeps managing its own
 // device plugins, and the agent reads, read-only, what the kubelet reports and mirrors it into the
 // same NodeDevice and DeviceAllocation objects.
