@@ -47,11 +47,16 @@ func describeObserveMode() {
 		var ns string
 
 		BeforeAll(func(ctx context.Context) {
-			setUp(ctx, label, func(ctx context.Context) {
-				out, err := kubectl(ctx, "apply", "--server-side", "-k", overlay("kubedevice-observe"))
-				Expect(err).NotTo(HaveOccurred())
-				GinkgoWriter.Printf("kubectl apply --server-side -k hack/e2e-node/overlays/kubedevice-observe:\n%s", out)
-			})
+			buildImage(ctx)
+			uninstall(ctx, "")
+			DeferCleanup(func(ctx context.Context) { uninstallObserving(ctx, label) }, NodeTimeout(5*time.Minute))
+			forgetGopherCapacity(ctx)
+			start := time.Now()
+			out, err := kubectl(ctx, "apply", "--server-side", "-k", overlay("kubedevice-observe"))
+			Expect(err).NotTo(HaveOccurred())
+			GinkgoWriter.Printf("kubectl apply --server-side -k hack/e2e-node/overlays/kubedevice-observe:\n%s", out)
+			waitForKubedevice(ctx)
+			recordTiming(label+"install -> agent and controller Ready", time.Since(start))
 			ns = newNamespace(ctx)
 		}, NodeTimeout(20*time.Minute))
 		AfterEach(func(ctx context.Context) {
@@ -182,6 +187,30 @@ func describeObserveMode() {
 			recordTiming(label+"3. gopher file healthy again -> NodeDevice shows it Healthy", time.Since(start))
 		}, SpecTimeout(5*time.Minute))
 	})
+}
+
+// uninstallObserving uninstalls as the README says (kubectl delete -k --wait=false, then kubedevice
+// cleanup once the controller is gone) and checks that the kubelet's gopher is still offered by
+// the Node: observe mode never owned it. Then it removes the rest as uninstall does; the kubelet
+// keeps listing the gopher (unhealthy, then 0) once its plugin is gone, which is the kubelet's.
+func uninstallObserving(ctx context.Context, label string) {
+	start := time.Now()
+	_, err := kubectl(ctx, "delete", "-k", overlay("kubedevice-observe"), "--ignore-not-found", "--wait=false")
+	Expect(err).NotTo(HaveOccurred())
+	_, err = kubectl(ctx, "wait", "--for=delete", "pod", "-n", kubedeviceNamespace, "-l", controllerSelector, "--timeout=2m")
+	Expect(err).NotTo(HaveOccurred())
+	cleanUp(ctx)
+	Eventually(ctx, func(g Gomega) {
+		for _, crd := range kubedeviceCRDs {
+			g.Expect(crdExists(ctx, crd)).To(BeFalse(), "CRD %s", crd)
+		}
+	}).Should(Succeed())
+	recordTiming(label+"kubectl delete -k --wait=false, kubedevice cleanup, the CRDs gone", time.Since(start))
+	n, err := clientset.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	c := n.Status.Capacity[gopherResource]
+	Expect(c.Value()).To(Equal(int64(1)), "the kubelet's gopher, which kubedevice cleanup must leave")
+	uninstall(ctx, "")
 }
 
 // reportsUnhealthy: the kubelet reports, in the pod's status, its gopher as not Healthy.
