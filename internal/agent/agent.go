@@ -90,7 +90,7 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 	}
 	if err := mirror.Setup(mgr, mirror.Options{
 		NodeName: opts.NodeName, WriteInterval: opts.WriteInterval, WriteSettle: opts.WriteSettle,
-		Core: dm, Cordons: dm, Injection: inj, Gate: gate, Clock: opts.Clock,
+		Core: dm, Cordons: dm, Injection: inj, Gate: gate, Clock: opts.Clock, Path: kdv1alpha1.DevicePathNodeCapacity,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up the NodeDevice mirror: %w", err)
 	}

@@ -243,12 +243,15 @@ var _ = Describe("NodeDevice API", func() {
 		nd.Status.Allocated = 1
 		Expect(k8sClient.Status().Update(ctx, nd)).To(Succeed())
 
+		nd.Status.Path = kdv1alpha1.DevicePathObserved
+		Expect(k8sClient.Status().Update(ctx, nd)).To(Succeed())
+
 		table := getTable("/apis/kubedevice.io/v1alpha1/nodedevices")
 		Expect(columnNames(table)).To(Equal([]string{
-			"Name", "Node", "Resource", "Capacity", "Allocatable", "Allocated", "Unhealthy", "Plugin", "Age",
+			"Name", "Node", "Resource", "Path", "Capacity", "Allocatable", "Allocated", "Unhealthy", "Plugin", "Age",
 		}))
-		Expect(rowFor(table, nd.Name)[1:8]).To(Equal([]string{
-			"cols-node-1", "example.com/gopher", "3", "2", "1", "1", "Registered",
+		Expect(rowFor(table, nd.Name)[1:9]).To(Equal([]string{
+			"cols-node-1", "example.com/gopher", "Observed", "3", "2", "1", "1", "Registered",
 		}))
 	})
 })

@@ -96,9 +96,10 @@ type Options struct {
 	// Injection is told each resource's state and read for the RuntimeInjectionReady condition;
 	// nil in observe mode, where the agent injects nothing and the condition is not written.
 	Injection Injection
-	// Path is written as every NodeDevice's status.path: empty (read as NodeCapacity, so objects
-	// written before the field are not rewritten) for the resources the agent manages,
-	// DevicePathObserved for those it observes.
+	// Path is written as every NodeDevice's status.path: DevicePathNodeCapacity for the resources
+	// the agent manages (written out, not left empty: the Path printer column and the cells after
+	// it would shift in kubectl's output; NodeDevices of an earlier agent get it in one status
+	// write), DevicePathObserved for those it observes.
 	Path kdv1alpha1.DevicePath
 	// Gate holds every reconcile until the agent has started.
 	Gate *kube.Gate
