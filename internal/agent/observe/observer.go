@@ -92,10 +92,19 @@ func (o *Observer) Start(ctx context.Context) error {
 	o.remember(ctx)
 	ticker := o.opts.Clock.NewTicker(o.opts.Interval)
 	defer ticker.Stop()
+	var lastLogged string
 	for {
 		if err := o.poll(ctx); err != nil {
-			logger.Error(err, "Reading the kubelet's devices; keeping the last view")
-		} else if !o.opts.Gate.IsOpen() {
+			// Once per distinct error, not every second while the kubelet is away.
+			if err.Error() != lastLogged {
+				logger.Error(err, "Reading the kubelet's devices; keeping the last view until it answers")
+				lastLogged = err.Error()
+			}
+		} else if lastLogged != "" {
+			logger.Info("Reading the kubelet's devices again")
+			lastLogged = ""
+		}
+		if err := o.Check(); err == nil && !o.opts.Gate.IsOpen() {
 			o.opts.Gate.Open(o.opts.Clock.Now())
 			logger.Info("Observing the kubelet's devices", "node", o.opts.NodeName, "resources", o.resourceNames())
 		}
