@@ -246,10 +246,14 @@ func listInstalled(ctx context.Context, c client.Reader, list client.ObjectList,
 	return nil
 }
 
-// resourcesByNode returns the resource names of the NodeDevices, per node.
+// resourcesByNode returns the resource names of the NodeDevices, per node, but those of Observed
+// NodeDevices: the kubelet publishes them (observe mode), and they stay the kubelet's.
 func resourcesByNode(nds []kdv1alpha1.NodeDevice) map[string][]corev1.ResourceName {
 	out := map[string][]corev1.ResourceName{}
 	for i := range nds {
+		if nds[i].Status.EffectivePath() == kdv1alpha1.DevicePathObserved {
+			continue
+		}
 		name := corev1.ResourceName(nds[i].Spec.ResourceName)
 		if !slices.Contains(out[nds[i].Spec.NodeName], name) {
 			out[nds[i].Spec.NodeName] = append(out[nds[i].Spec.NodeName], name)

@@ -230,6 +230,12 @@ func daemonSetReady(ds *appsv1.DaemonSet) bool {
 // installGopher writes one gopher file on the node (uninstall removes it) and runs the Gopher
 // plugin's overlay.
 func installGopher(ctx context.Context, id, content string) {
+	installGopherFrom(ctx, "gopher", id, content)
+}
+
+// installGopherFrom is installGopher with the plugin's overlay named gopherOverlay (the same
+// DaemonSet, registering elsewhere).
+func installGopherFrom(ctx context.Context, gopherOverlay, id, content string) {
 	ds := renderedGopherDaemonSet(ctx)
 	Expect(ds.Spec.Template.Spec.Containers[0].Image).To(Equal(image), "hack/e2e-node/overlays/gopher must deploy the image the suite builds")
 	dir := gophersDir(ds)
@@ -241,9 +247,9 @@ func installGopher(ctx context.Context, id, content string) {
 	}
 	Expect(os.WriteFile(filepath.Join(dir, id), []byte(content), 0o644)).To(Succeed())
 
-	out, err := kubectl(ctx, "apply", "-k", overlay("gopher"))
+	out, err := kubectl(ctx, "apply", "-k", overlay(gopherOverlay))
 	Expect(err).NotTo(HaveOccurred())
-	GinkgoWriter.Printf("kubectl apply -k hack/e2e-node/overlays/gopher:\n%s", out)
+	GinkgoWriter.Printf("kubectl apply -k hack/e2e-node/overlays/%s:\n%s", gopherOverlay, out)
 	Eventually(ctx, func(g Gomega) {
 		ds := &appsv1.DaemonSet{}
 		g.Expect(kd.Get(ctx, types.NamespacedName{Namespace: gopherNamespace, Name: gopherDaemonSet}, ds)).To(Succeed())
