@@ -30,6 +30,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
@@ -157,6 +158,7 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 		return err
 	}
 	if out.err == nil {
+		crashpoint.Hit(crashpoint.DeviceAllocationWritten)
 		ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", true)
 		return nil
 	}

@@ -45,6 +45,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
@@ -295,6 +296,7 @@ func (r *reconciler) release(ctx context.Context, cached *kdv1alpha1.DeviceAlloc
 			}
 			return err
 		}
+		crashpoint.Hit(crashpoint.ReleaseMarked)
 	}
 	if err := kube.Delete(ctx, r.client, kube.DeviceAllocationGVK.Kind, da); err != nil {
 		return err
