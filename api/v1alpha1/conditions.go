@@ -91,6 +91,10 @@ const (
 	// DeviceReasonAwaitingPluginRegistration: the device was restored from the checkpoint and its
 	// plugin has not registered again yet.
 	DeviceReasonAwaitingPluginRegistration = "AwaitingPluginRegistration"
+	// DeviceReasonNotReported: a pod holds the device and its plugin no longer reports it (the
+	// plugin dropped its ID). It is shown, unhealthy and held, until the pod frees it; it is
+	// never allocated to another pod while held, even if the plugin reports it again.
+	DeviceReasonNotReported = "NotReportedByPlugin"
 )
 
 // DeviceAllocation condition types.

@@ -146,8 +146,9 @@ type nodeAgent struct {
 	node *corev1.Node
 	dm   *nodeagent.Manager
 	stop func()
-	// options adjust the agent's options.
+	// options adjust the agent's options; core adjusts the core's configuration.
 	options []func(*agent.Options)
+	core    func(*nodeagent.Config)
 	// logs holds what the agent's managers logged, as they also write it to GinkgoWriter.
 	logs *logBuffer
 }
@@ -175,12 +176,19 @@ func (b *logBuffer) String() string {
 // default) and options; both go away after the spec.
 func newNodeAgent(grace time.Duration, options ...func(*agent.Options)) *nodeAgent {
 	GinkgoHelper()
+	return newNodeAgentWithCore(grace, nil, options...)
+}
+
+// newNodeAgentWithCore is newNodeAgent with the core's configuration adjusted by core (nil: the
+// defaults) at every start.
+func newNodeAgentWithCore(grace time.Duration, core func(*nodeagent.Config), options ...func(*agent.Options)) *nodeAgent {
+	GinkgoHelper()
 	dir, err := os.MkdirTemp("", "kd")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, dir)
 	Expect(os.WriteFile(filepath.Join(dir, "boot_id"), []byte("3d1c6a3e-6a5f-4f7e-9d2c-1b2a3c4d5e6f\n"), 0o600)).To(Succeed())
 
-	n := &nodeAgent{name: uniqueName("node"), dir: dir, grace: grace, writes: &writeCounter{counts: map[string]int{}}, options: options, logs: &logBuffer{}}
+	n := &nodeAgent{name: uniqueName("node"), dir: dir, grace: grace, writes: &writeCounter{counts: map[string]int{}}, options: options, core: core, logs: &logBuffer{}}
 	n.node = testutil.MakeNode(n.name).Obj()
 	Expect(k8sClient.Create(ctx, n.node)).To(Succeed())
 	DeferCleanup(func() {
@@ -208,6 +216,9 @@ func (n *nodeAgent) start() {
 	core.Registerer = prometheus.NewRegistry()
 	if n.grace > 0 {
 		core.EndpointGracePeriod = n.grace
+	}
+	if n.core != nil {
+		n.core(&core)
 	}
 	dm, err := nodeagent.New(core)
 	Expect(err).NotTo(HaveOccurred())
