@@ -18,19 +18,25 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/testutil"
@@ -321,5 +327,161 @@ var _ = Describe("Node agent under faults", func() {
 		other := createPod(testutil.MakePod("other", ns).Node(n.name).Request(gopher, 1))
 		Expect(deviceIDs(allocated(other), gopher)).NotTo(ContainElements(held[0]))
 		Expect(deviceIDs(allocated(other), gopher)).NotTo(ContainElements(held[1]))
+	})
+	It("re-asserts the capacity of a Node recreated with its extended resources zeroed within 15 s (S18)", func() {
+		n := newNodeAgent(0)
+		n.register(n.plugin(gopher, gophers("gopher", 2)))
+		Eventually(nodeCapacity(n.name, gopher)).Should(BeEquivalentTo(2))
+
+		By("the kubelet zeroing the extended resources of its Node")
+		node := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: n.name}, node)).To(Succeed())
+		node.Status.Capacity[gopher] = resource.MustParse("0")
+		node.Status.Allocatable[gopher] = resource.MustParse("0")
+		Expect(k8sClient.Status().Update(ctx, node)).To(Succeed())
+		zeroed := time.Now()
+		Eventually(nodeCapacity(n.name, gopher)).WithTimeout(15 * time.Second).Should(BeEquivalentTo(2))
+		AddReportEntry("Node zeroed → capacity restored", time.Since(zeroed).String())
+
+		By("the Node deleted and created again, without the resource")
+		Expect(k8sClient.Delete(ctx, node)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Name: n.name}, &corev1.Node{}))
+		}).Should(BeTrue())
+		Expect(k8sClient.Create(ctx, testutil.MakeNode(n.name).Obj())).To(Succeed())
+		recreated := time.Now()
+		Eventually(nodeCapacity(n.name, gopher)).WithTimeout(15 * time.Second).Should(BeEquivalentTo(2))
+		Eventually(func() (int64, error) {
+			got := &corev1.Node{}
+			err := k8sClient.Get(ctx, client.ObjectKey{Name: n.name}, got)
+			q := got.Status.Allocatable[gopher]
+			return q.Value(), err
+		}).WithTimeout(15*time.Second - time.Since(recreated)).Should(BeEquivalentTo(2))
+		AddReportEntry("Node recreated → capacity restored", time.Since(recreated).String())
+	})
+
+	It("serves from the node's state while the API server is unreachable, and catches up within 60 s without a write storm (S17)", func() {
+		const outage = 10 * time.Second
+		proxy := newCutProxy()
+		n := newNodeAgentWith(0, func(n *nodeAgent) { n.apiHost = proxy.host() })
+		devs := gophers("gopher", 3)
+		p := n.plugin(gopher, devs)
+		n.register(p)
+		running := createPod(testutil.MakePod("running", ns).Node(n.name).Request(gopher, 1))
+		held := deviceIDs(allocated(running), gopher)[0]
+		n.settle()
+
+		By("cutting the agent off the API server")
+		proxy.cut()
+		before := n.writes.mirror()
+		sick := ""
+		for i, d := range devs {
+			if d.GetID() != held && sick == "" {
+				sick = d.GetID()
+				devs[i] = dptest.Device(sick, pluginapi.Unhealthy)
+			}
+		}
+		p.Update(devs)
+		Eventually(func() string {
+			s, _ := n.dm.Snapshot(string(gopher))
+			for _, d := range s.Devices {
+				if d.ID == sick {
+					return string(d.Health)
+				}
+			}
+			return ""
+		}).Should(Equal(string(nodeagent.Unhealthy)), "the core follows the plugin while the API is away")
+		waiting := createPod(testutil.MakePod("waiting", ns).Node(n.name).Request(gopher, 1))
+		deletePod(running)
+		Consistently(func() bool {
+			alloc, ok := n.dm.PodAllocation(string(running.UID))
+			return ok && slices.Equal(alloc.Containers[0].Resources[0].DeviceIDs, []string{held})
+		}, outage).Should(BeTrue(), "the running pod keeps its devices while the agent cannot see it")
+		during := n.writes.mirror() - before
+		AddReportEntry("Write attempts while the API server was unreachable", during)
+
+		By("the API server back")
+		proxy.restore()
+		restored := time.Now()
+		Eventually(deviceAllocation(waiting)).WithTimeout(60 * time.Second).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		Eventually(gone(deviceAllocation(running))).WithTimeout(60*time.Second - time.Since(restored)).Should(BeTrue())
+		Eventually(n.nodeDevice(gopher, 0)).WithTimeout(60*time.Second - time.Since(restored)).Should(And(
+			WithTransform(func(nd *kdv1alpha1.NodeDevice) *kdv1alpha1.DeviceStatus { return deviceStatus(nd, sick) },
+				HaveField("Health", kdv1alpha1.DeviceUnhealthy)),
+			HaveField("Status.Allocated", BeEquivalentTo(1)),
+			HaveField("Status.Unhealthy", BeEquivalentTo(1)),
+		))
+		AddReportEntry("API server back → caught up", time.Since(restored).String())
+		after := n.settle() - before - during
+		AddReportEntry("Writes to catch up", after)
+		// The catch-up is the changes, each written once: the NodeDevice (health, holders), the
+		// waiting pod's DeviceAllocation (object and status), the ended pod's (Released, delete),
+		// with room for a NodeDevice write per settle interval; no storm.
+		Expect(after).To(BeNumerically("<=", 10))
+		Expect(during).To(BeNumerically("<=", 30), "write attempts against an unreachable API server are paced")
+		list := &kdv1alpha1.DeviceAllocationList{}
+		Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		Expect(list.Items).To(HaveLen(1), "no duplicate DeviceAllocation")
+	})
+	It("allocates another resource's pod within a second while four pods' PreStartContainer hangs, and retries the hung calls (PreStartContainer hung, S15)", func() {
+		const deadline = 4 * time.Second
+		n := newNodeAgentWith(0, func(n *nodeAgent) {
+			n.core = func(c *nodeagent.Config) { c.PreStartTimeout = deadline }
+		})
+		const slow corev1.ResourceName = "example.com/slow"
+		hung := n.plugin(slow, gophers("slow", 4))
+		hung.SetOptions(true, false)
+		release := make(chan struct{})
+		var once sync.Once
+		DeferCleanup(func() { once.Do(func() { close(release) }) })
+		hung.SetPreStartContainerFunc(func(*pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+			<-release
+			return &pluginapi.PreStartContainerResponse{}, nil
+		})
+		n.register(hung)
+		n.register(n.plugin(gopher, gophers("gopher", 1)))
+		Eventually(n.nodeDevice(slow, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(4)))
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Allocatable", BeEquivalentTo(1)))
+
+		var waiting []*corev1.Pod
+		for i := range 4 {
+			waiting = append(waiting, createPod(testutil.MakePod(fmt.Sprintf("waiting-%d", i), ns).Node(n.name).Request(slow, 1)))
+		}
+		Eventually(func() int {
+			calls := 0
+			for _, c := range hung.Calls() {
+				if c == dptest.CallPreStartContainer {
+					calls++
+				}
+			}
+			return calls
+		}).Should(Equal(4), "every waiting pod's first PreStartContainer is in flight")
+
+		By("a pod of another resource")
+		created := time.Now()
+		other := createPod(testutil.MakePod("other", ns).Node(n.name).Request(gopher, 1))
+		Eventually(deviceAllocation(other)).WithTimeout(time.Until(created.Add(time.Second))).Should(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Type", kdv1alpha1.DeviceAllocationAllocated), HaveField("Status", metav1.ConditionTrue)))))
+		AddReportEntry("Other resource's pod allocated after", time.Since(created).String())
+
+		By("the hung calls timing out: the devices stay allocated, each pod is told, and the call is retried")
+		for _, pod := range waiting {
+			Expect(deviceIDs(allocated(pod), slow)).To(HaveLen(1))
+			Eventually(eventsFor(pod.UID)).Should(ContainElement(And(
+				HaveField("Reason", agent.EventReasonPreStartContainerFailed),
+				HaveField("Note", ContainSubstring("DeadlineExceeded")),
+			)))
+		}
+		once.Do(func() { close(release) })
+		Eventually(func() int {
+			calls := 0
+			for _, c := range hung.Calls() {
+				if c == dptest.CallPreStartContainer {
+					calls++
+				}
+			}
+			return calls
+		}).WithTimeout(30*time.Second).Should(BeNumerically(">=", 8), "each failed call is retried")
 	})
 })
