@@ -115,6 +115,16 @@ test-crash: envtest-assets ## SIGKILL the agent (a real process, built with -tag
 	KUBEDEVICE_CRASH_RUNS=$(CRASH_RUNS) KUBEDEVICE_CRASH_SEED=$(CRASH_SEED) KUBEDEVICE_CRASH_REPORT=$(LOCALBIN)/crash-report.txt \
 		go test -count=1 -v -timeout 180m -run '^TestCrashConvergence$$' ./test/crash/
 
+# soak: the agent (a release build, as a process) under random pod churn, health flips and plugin
+# restarts for DURATION, its goroutines and memory sampled (CSV in bin/soak.csv); fails if they grow
+# or the node does not converge at the end. Not part of make test.
+DURATION ?= 30m
+
+.PHONY: soak
+soak: envtest-assets ## Run the agent for DURATION (30m) under pod churn, health flips and plugin restarts, sampling goroutines and memory (test/crash TestSoak).
+	KUBEDEVICE_SOAK_DURATION=$(DURATION) KUBEDEVICE_SOAK_REPORT=$(LOCALBIN)/soak.csv \
+		go test -count=1 -v -timeout 24h -run '^TestSoak$$' ./test/crash/
+
 # The kubelet's own device plugin stub (k8s.io/kubernetes pkg/kubelet/cm/devicemanager/plugin/v1beta1)
 # is built from test/kubeletstub, a module of its own that requires k8s.io/kubernetes (pinned in its
 # go.mod, v1.37.1) and cannot be a dependency of kubedevice's. SIGUSR1 flips a device's health.

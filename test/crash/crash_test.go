@@ -345,12 +345,18 @@ func (h *harness) start(name, bin string, args, env []string, health string) *pr
 
 // startAgent starts the agent; crash, when not empty, arms a crash point (<name>:<n>).
 func (h *harness) startAgent(name, crash string) *proc {
+	return h.startAgentBinary(name, "kubedevice-agent", crash, "0")
+}
+
+// startAgentBinary starts the agent binary bin (built into binDir), armed with crash when not
+// empty, serving plain-HTTP metrics on metrics ("0": none).
+func (h *harness) startAgentBinary(name, bin, crash, metrics string) *proc {
 	health := freeAddr(h.t)
 	env := slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, crashpoint.EnvVar+"=") })
 	if crash != "" {
 		env = append(env, crashpoint.EnvVar+"="+crash)
 	}
-	return h.start(name, "kubedevice-agent", []string{
+	return h.start(name, bin, []string{
 		"--kubeconfig=" + h.kubeconfig,
 		"--node-name=" + nodeName,
 		"--namespace=" + agentNamespace,
@@ -359,7 +365,8 @@ func (h *harness) startAgent(name, crash string) *proc {
 		"--plugins-registry-dir=",
 		"--pod-resources-socket=",
 		"--runtime-injection=none",
-		"--metrics-bind-address=0",
+		"--metrics-bind-address=" + metrics,
+		"--metrics-secure=false",
 		"--health-probe-bind-address=" + health,
 	}, env, health)
 }
