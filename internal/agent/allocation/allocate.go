@@ -30,6 +30,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
@@ -38,6 +39,10 @@ import (
 type outcome struct {
 	alloc *nodeagent.PodAllocation
 	err   error
+	// prepared is set when the attempt allocated the pod's devices and made the PreStartContainer
+	// calls of their first starts (successful or not: a failed call is the PreStartContainer
+	// controller's to retry).
+	prepared bool
 }
 
 // allocate takes an active pod that asks for extended resources through its devices: allocated
@@ -69,9 +74,10 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if !upToDate && out.err == nil && out.alloc != nil && !preStartDone(current, want) {
-		// Newly allocated: prepare the first start of the containers whose plugin requires
-		// PreStartContainer.
+	if !upToDate && out.err == nil && out.alloc != nil && !out.prepared && !preStartDone(current, want) {
+		// Allocated, and neither prepared by the attempt nor recorded (an agent restart between
+		// the allocation and its DeviceAllocation): prepare the first start of the containers
+		// whose plugin requires PreStartContainer.
 		r.PreStart.PrepareFirstStarts(ctx, pod, *out.alloc)
 	}
 	// The devices are allocated and prepared (or refused): containers may be created with them,
@@ -157,6 +163,7 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 		return err
 	}
 	if out.err == nil {
+		crashpoint.Hit(crashpoint.DeviceAllocationWritten)
 		ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", true)
 		return nil
 	}

@@ -149,6 +149,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		refusals:  newRefusalPacer(opts.Clock),
 		attempts:  newAttempts(opts.Core, attemptsPerResource),
 	}
+	r.attempts.prepare = opts.PreStart.PrepareFirstStarts
 	if err := mgr.Add(manager.RunnableFunc(r.attempts.drain)); err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
@@ -270,6 +271,7 @@ func ReleaseDeviceAllocation(ctx context.Context, c client.Client, apiReader cli
 			}
 			return err
 		}
+		crashpoint.Hit(crashpoint.ReleaseMarked)
 	}
 	if err := Delete(ctx, c, DeviceAllocationGVK.Kind, da); err != nil {
 		return err

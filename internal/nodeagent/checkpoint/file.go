@@ -17,6 +17,8 @@ limitations under the License.
 package checkpoint
 
 import (
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
+
 	"errors"
 	"fmt"
 	"io/fs"
@@ -68,6 +70,7 @@ func writeFileAtomic(path string, data []byte) (retErr error) {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("closing %s: %w", tmpPath, err)
 	}
+	crashpoint.Hit(crashpoint.SnapshotBeforeRename)
 	if err := os.Rename(tmpPath, path); err != nil {
 		return fmt.Errorf("renaming %s to %s: %w", tmpPath, path, err)
 	}

@@ -17,6 +17,8 @@ limitations under the License.
 package checkpoint
 
 import (
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -194,6 +196,7 @@ func (j *Journal) Append(b Batch, sync bool) error {
 	}
 	j.size += int64(len(frame))
 	if sync {
+		crashpoint.Hit(crashpoint.JournalAppended)
 		return j.syncLocked()
 	}
 	return nil
