@@ -137,6 +137,9 @@ type reconciler struct {
 	refusals *refusalPacer
 	// attempts runs the core's allocations, off the workers.
 	attempts *attempts
+	// written lets kube.Fresh skip reading a DeviceAllocation the cache does not hold and the
+	// agent has not written lately.
+	written *kube.Written
 }
 
 // Setup adds the pod controller to mgr, whose cache must hold the node's pods and
@@ -150,6 +153,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		backoff:   workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryBaseDelay, retryMaxDelay),
 		refusals:  newRefusalPacer(opts.Clock),
 		attempts:  newAttempts(opts.Core, attemptsPerResource),
+		written:   kube.NewWritten(opts.Clock),
 	}
 	if err := mgr.Add(manager.RunnableFunc(r.attempts.drain)); err != nil {
 		return err
@@ -289,6 +293,7 @@ func (r *reconciler) release(ctx context.Context, cached *kdv1alpha1.DeviceAlloc
 			ObjectMeta: metav1.ObjectMeta{Name: da.Name, Namespace: da.Namespace},
 			Status:     releasedStatus(da, reason, message, r.Clock.Now()),
 		}
+		r.written.Wrote(client.ObjectKeyFromObject(da))
 		if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, rel); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil
@@ -296,6 +301,7 @@ func (r *reconciler) release(ctx context.Context, cached *kdv1alpha1.DeviceAlloc
 			return err
 		}
 	}
+	r.written.Wrote(client.ObjectKeyFromObject(da))
 	if err := kube.Delete(ctx, r.client, kube.DeviceAllocationGVK.Kind, da); err != nil {
 		return err
 	}
