@@ -56,12 +56,13 @@ const (
 // between an agent's writes, which tests stepping a fake clock past Lease expiries do not drive.
 
 // nodeDeviceHandler queues the node of a NodeDevice on its events, and records a NodeDevice's
-// creation (not one the initial list shows) as part of a burst on its node.
+// creation as part of a burst on its node: one the watch shows, or one the initial list shows that
+// was created within the last shardSettle (a controller starting while an agent registers).
 func (r *nodeReconciler) nodeDeviceHandler() handler.EventHandler {
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			node := e.Object.(*kdv1alpha1.NodeDevice).Spec.NodeName
-			if !e.IsInInitialList {
+			if !e.IsInInitialList || justCreated(e.Object.GetCreationTimestamp().Time) {
 				r.created(node, q)
 			}
 			q.Add(nodeRequest(node))
@@ -80,6 +81,12 @@ func (r *nodeReconciler) nodeDeviceHandler() handler.EventHandler {
 
 func nodeRequest(node string) reconcile.Request {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Name: node}}
+}
+
+// justCreated reports whether an object created at created (whole seconds, the API server's
+// clock) may have been created within the last shardSettle.
+func justCreated(created time.Time) bool {
+	return time.Since(created) < shardSettle+time.Second
 }
 
 // created records that a NodeDevice of node was created now, starting a burst (and its timer) if
