@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -93,7 +94,7 @@ var (
 	binariesErr  error
 )
 
-// buildBinaries builds the agent and the controller once per test binary, as `make build` does;
+// buildBinaries builds the agent and the controller once per test binary, as the image does;
 // KUBEDEVICE_SCALE_BINARIES names a directory holding them instead (another build to compare).
 func buildBinaries(b *testing.B) (string, error) {
 	binariesOnce.Do(func() {
@@ -107,8 +108,11 @@ func buildBinaries(b *testing.B) (string, error) {
 			return
 		}
 		start := time.Now()
-		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/kubedevice-agent", "./cmd/kubedevice-controller")
+		// As the image builds them (Makefile, image-binaries): the binary's own pages are most of
+		// an idle agent's resident set.
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", dir+"/", "./cmd/kubedevice-agent", "./cmd/kubedevice-controller")
 		cmd.Dir = testutil.RepoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binariesErr = fmt.Errorf("building the binaries: %w\n%s", err, out)
 			return
@@ -129,6 +133,7 @@ type binariesRun struct {
 	// agentAPI and ctrlAPI count each binary's requests.
 	agentAPI, ctrlAPI *countingProxy
 	agentMetrics      string
+	agentPprof        string
 	plugins           []*dptest.Plugin
 }
 
@@ -197,13 +202,19 @@ func startBinariesRun(b *testing.B, bins string) (_ *binariesRun, err error) {
 	if r.agentMetrics, err = freeAddr(); err != nil {
 		return r, err
 	}
-	r.agent, err = startProcess(filepath.Join(bins, "kubedevice-agent"), filepath.Join(r.dir, "agent.log"),
-		"--kubeconfig="+r.agentAPI.kubeconfig(r.dir, "agent"),
-		"--node-name="+r.node, "--namespace="+agentNamespace,
-		"--plugin-dir="+r.dir, "--state-dir="+filepath.Join(r.dir, "state"),
+	if r.agentPprof, err = freeAddr(); err != nil {
+		return r, err
+	}
+	agentArgs := []string{"--kubeconfig=" + r.agentAPI.kubeconfig(r.dir, "agent"),
+		"--node-name=" + r.node, "--namespace=" + agentNamespace,
+		"--plugin-dir=" + r.dir, "--state-dir=" + filepath.Join(r.dir, "state"),
 		"--plugins-registry-dir=", "--pod-resources-socket=", "--runtime-injection=none",
-		"--metrics-bind-address="+r.agentMetrics, "--metrics-secure=false",
-		"--health-probe-bind-address="+agentHealth)
+		"--metrics-bind-address=" + r.agentMetrics, "--metrics-secure=false",
+		"--health-probe-bind-address=" + agentHealth}
+	if os.Getenv("KUBEDEVICE_SCALE_PPROF") != "" {
+		agentArgs = append(agentArgs, "--pprof-bind-address="+r.agentPprof)
+	}
+	r.agent, err = startProcess(filepath.Join(bins, "kubedevice-agent"), filepath.Join(r.dir, "agent.log"), agentArgs...)
 	if err != nil {
 		return r, err
 	}
@@ -257,6 +268,9 @@ func (r *binariesRun) run(b *testing.B) error {
 		return err
 	}
 	b.Logf("agent idle: %s", idle)
+	if err := r.heapProfile(b, "idle"); err != nil {
+		return err
+	}
 	b.ReportMetric(idle.rssMiB, "MiB-rss-idle")
 	b.ReportMetric(idle.heapMiB, "MiB-heap-idle")
 
@@ -282,6 +296,9 @@ func (r *binariesRun) run(b *testing.B) error {
 		return err
 	}
 	b.Logf("agent with %d devices: %s", smallDevices+bigDevices, loaded)
+	if err := r.heapProfile(b, "11k"); err != nil {
+		return err
+	}
 	b.ReportMetric(loaded.rssMiB, "MiB-rss-11k")
 	b.ReportMetric(loaded.heapMiB, "MiB-heap-11k")
 
@@ -316,6 +333,7 @@ func (r *binariesRun) register(ctx context.Context, b *testing.B, resource corev
 	}
 	defer sw.stop()
 	agentBefore, ctrlBefore := r.agentAPI.counter.snapshot(), r.ctrlAPI.counter.snapshot()
+	r.agentAPI.latency()
 	b.StartTimer()
 	start := time.Now()
 	err = p.Register(ctx, filepath.Join(r.dir, "kubelet.sock"))
@@ -324,6 +342,7 @@ func (r *binariesRun) register(ctx context.Context, b *testing.B, resource corev
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	b.Logf("register %d devices: the agent's requests took %s on average", devices, r.agentAPI.latency())
 	if err != nil {
 		return 0, 0, nil, nil, fmt.Errorf("registering %d devices of %s: %w (%d shards seen)", devices, resource, err, sw.count())
 	}
@@ -347,6 +366,7 @@ func (r *binariesRun) allocate(ctx context.Context, b *testing.B) (time.Duration
 		return 0, nil, nil, err
 	}
 	agentBefore, ctrlBefore := r.agentAPI.counter.snapshot(), r.ctrlAPI.counter.snapshot()
+	r.agentAPI.latency()
 	b.StartTimer()
 	start := time.Now()
 	err := forEach(ctx, outsidePods, func(ctx context.Context, i int) error {
@@ -369,6 +389,7 @@ func (r *binariesRun) allocate(ctx context.Context, b *testing.B) (time.Duration
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	b.Logf("allocate: the agent's requests took %s on average", r.agentAPI.latency())
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("allocating %d pods: %w", outsidePods, err)
 	}
@@ -439,13 +460,17 @@ func (r *binariesRun) waitFor(cond func() bool) error {
 	return err
 }
 
-// agentMemory is the agent's resident set and its Go heap in use.
+// agentMemory is the agent's resident set, its Go heap in use, and what else the kernel and the
+// Go runtime say of it.
 type agentMemory struct {
 	rssMiB, heapMiB float64
+	// detail is the resident set by kind (anonymous, file: the binary's pages) and the Go
+	// runtime's own accounting.
+	detail []string
 }
 
 func (m agentMemory) String() string {
-	return fmt.Sprintf("RSS %.1f MiB, Go heap in use %.1f MiB", m.rssMiB, m.heapMiB)
+	return fmt.Sprintf("RSS %.1f MiB, Go heap in use %.1f MiB (%s)", m.rssMiB, m.heapMiB, strings.Join(m.detail, ", "))
 }
 
 // memory reads the agent's VmRSS from /proc and go_memstats_heap_inuse_bytes from its metrics.
@@ -458,6 +483,11 @@ func (r *binariesRun) memory() (agentMemory, error) {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
+		for _, k := range []string{"RssAnon:", "RssFile:"} {
+			if rest, ok := strings.CutPrefix(s.Text(), k); ok {
+				m.detail = append(m.detail, k+" "+strings.TrimSpace(rest))
+			}
+		}
 		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			if err != nil {
@@ -473,6 +503,15 @@ func (r *binariesRun) memory() (agentMemory, error) {
 	defer resp.Body.Close()
 	s = bufio.NewScanner(resp.Body)
 	for s.Scan() {
+		for _, k := range []string{"go_memstats_sys_bytes ", "go_memstats_heap_idle_bytes ", "go_memstats_heap_released_bytes ",
+			"go_memstats_stack_inuse_bytes ", "go_memstats_heap_alloc_bytes ", "go_goroutines "} {
+			if rest, ok := strings.CutPrefix(s.Text(), k); ok {
+				if v, err := strconv.ParseFloat(rest, 64); err == nil && k != "go_goroutines " {
+					rest = fmt.Sprintf("%.1f MiB", v/(1<<20))
+				}
+				m.detail = append(m.detail, strings.TrimSpace(k)+" "+rest)
+			}
+		}
 		if rest, ok := strings.CutPrefix(s.Text(), "go_memstats_heap_inuse_bytes "); ok {
 			v, err := strconv.ParseFloat(rest, 64)
 			if err != nil {
@@ -484,12 +523,65 @@ func (r *binariesRun) memory() (agentMemory, error) {
 	return m, s.Err()
 }
 
+// heapProfile saves the agent's heap profile, taken after a GC, to
+// $KUBEDEVICE_SCALE_PPROF/agent-heap-<name>.pb.gz, and logs the live heap after that GC; nothing
+// without KUBEDEVICE_SCALE_PPROF (the agent then serves no profiles).
+func (r *binariesRun) heapProfile(b *testing.B, name string) error {
+	dir := os.Getenv("KUBEDEVICE_SCALE_PPROF")
+	if dir == "" {
+		return nil
+	}
+	if err := r.saveHeapProfile(filepath.Join(dir, "agent-heap-"+name+".pb.gz")); err != nil {
+		return err
+	}
+	m, err := r.memory()
+	if err != nil {
+		return err
+	}
+	b.Logf("agent (%s) right after a GC: %s", name, m)
+	return nil
+}
+
+// saveHeapProfile writes the agent's heap profile (after a GC) to path.
+func (r *binariesRun) saveHeapProfile(path string) error {
+	resp, err := http.Get("http://" + r.agentPprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // countingProxy is a plain-HTTP front of the API server for one binary: it forwards each request
 // as the given identity (the admin's client certificate, impersonating) and counts it.
 type countingProxy struct {
 	counter *apiCounter
 	srv     *http.Server
 	url     string
+
+	mu sync.Mutex
+	// busy is the time spent in requests other than watches, summed, and their number.
+	busy     time.Duration
+	requests int
+}
+
+// latency returns the mean duration of the requests other than watches since the last call.
+func (p *countingProxy) latency() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() { p.busy, p.requests = 0, 0 }()
+	if p.requests == 0 {
+		return 0
+	}
+	return p.busy / time.Duration(p.requests)
 }
 
 func startCountingProxy(cfg *rest.Config, identity rest.ImpersonationConfig) (*countingProxy, error) {
@@ -511,7 +603,18 @@ func startCountingProxy(cfg *rest.Config, identity rest.ImpersonationConfig) (*c
 	}
 	p := &countingProxy{counter: &apiCounter{counts: map[string]int{}}}
 	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.Transport = p.counter.wrap(rt)
+	timed := roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		start := time.Now()
+		resp, err := rt.RoundTrip(req)
+		if req.URL.Query().Get("watch") != "true" {
+			p.mu.Lock()
+			p.busy += time.Since(start)
+			p.requests++
+			p.mu.Unlock()
+		}
+		return resp, err
+	})
+	rp.Transport = p.counter.wrap(timed)
 	rp.FlushInterval = -1
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
