@@ -170,7 +170,7 @@ SCALE_NODES ?= 1000
 SCALE_SHARDS ?= 2
 
 .PHONY: bench-scale
-bench-scale: envtest-assets ## Benchmark the controller (cold start, failover, steady state, churn; SCALE_NODES=1000, SCALE_SHARDS=2) and the agent (10 k devices: register, restart; 100 k rejected) against the real API server (minutes; not part of `make test`; `-bench Agent` alone: see docs/design.md).
+bench-scale: envtest-assets ## Benchmark the controller (cold start, failover, steady state, churn; SCALE_NODES=1000, SCALE_SHARDS=2), the agent (10 k devices: register, restart; 100 k rejected) and the built agent and controller binaries outside in (BenchmarkBinaries) against the real API server (minutes; not part of `make test`; `-bench Agent` alone: see docs/design.md).
 	KUBEDEVICE_SCALE_NODES=$(SCALE_NODES) KUBEDEVICE_SCALE_SHARDS=$(SCALE_SHARDS) \
 		go test -run '^$$' -bench . -benchtime=1x -timeout 90m ./test/scale/
 

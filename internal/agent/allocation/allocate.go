@@ -66,7 +66,7 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	}
 
 	want := desiredStatus(pod, out.alloc, out.err, r.Clock.Now())
-	current, upToDate, err := kube.Fresh(ctx, r.apiReader, kube.DeviceAllocationGVK.Kind,
+	current, upToDate, err := kube.Fresh(ctx, r.apiReader, r.written, kube.DeviceAllocationGVK.Kind,
 		client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}, cached,
 		func(da *kdv1alpha1.DeviceAllocation) bool {
 			return metaUpToDate(da, pod) && statusUpToDate(da, stamped(want, da, da.Generation))
@@ -144,7 +144,9 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 	if current != nil {
 		generation = current.Generation
 	}
+	key := client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}
 	if current == nil || !metaUpToDate(current, pod) {
+		r.written.Wrote(key)
 		gen, err := kube.Apply(ctx, r.client, kube.DeviceAllocationGVK, newDeviceAllocation(pod))
 		if err != nil {
 			return err
@@ -156,9 +158,10 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 		return nil
 	}
 	da := &kdv1alpha1.DeviceAllocation{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)), Namespace: pod.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
 		Status:     st,
 	}
+	r.written.Wrote(key)
 	if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, da); err != nil {
 		return err
 	}
