@@ -33,8 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
-	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/contract"
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
