@@ -330,6 +330,8 @@ func (h *harness) start(name, bin string, args, env []string, health string) *pr
 	cmd := exec.Command(filepath.Join(h.binDir, bin), args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = env
+	// Should the test process die, its agent and plugin die with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		h.t.Fatalf("starting %s: %v", bin, err)
 	}
