@@ -117,15 +117,20 @@ type reconciler struct {
 	apiReader client.Reader
 	cordons   *cordonPush
 	pace      *pacer
+	// injects is false when the agent injects nothing (observe mode): no NodeDevice carries
+	// RuntimeInjectionReady, not even one a managing agent wrote before.
+	injects bool
 }
 
 // Setup adds the NodeDevice mirror to mgr, whose cache must hold the node's NodeDevices and its
 // Node.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	if opts.Injection == nil {
+	injects := opts.Injection != nil
+	if !injects {
 		opts.Injection = noInjection{}
 	}
 	r := &reconciler{
+		injects:   injects,
 		Options:   opts,
 		client:    mgr.GetClient(),
 		apiReader: mgr.GetAPIReader(),
@@ -300,6 +305,9 @@ func (r *reconciler) desiredStatus(snap nodeagent.ResourceSnapshot, devices []no
 	info nodeagent.CheckpointInfo, generation int64, now time.Time) kdv1alpha1.NodeDeviceStatus {
 	st := nodeDeviceStatus(snap, devices, current, info, generation, now)
 	st.Path = r.Path
+	if !r.injects {
+		return st
+	}
 	c, known := r.Injection.Condition()
 	return withRuntimeInjection(st, current, c, known, generation, now)
 }
