@@ -175,6 +175,13 @@ type DeviceHolder struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	ContainerName string `json:"containerName"`
+
+	// claimName is the DRA ResourceClaim, in namespace, the device is prepared for when the
+	// resource is served through DRA; podName and containerName are empty then (the claim's
+	// status.reservedFor names its pods).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName,omitempty"`
 }
 
 // DeviceStatus is one device of the resource.

@@ -43,6 +43,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
+	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/agent/observe"
 	"github.com/kubedevice/kubedevice/internal/allocpolicy"
@@ -135,7 +136,7 @@ func run() error {
 		"topologyPolicy", s.core.TopologyPolicy, "topologyScope", s.core.TopologyScope,
 		"topologyPolicyOptions", s.core.TopologyPolicyOptions,
 		"runtimeInjection", s.opts.RuntimeInjection, "nriSocket", s.opts.NRI.SocketPath,
-		"podResourcesSocket", s.opts.PodResources.SocketPath)
+		"podResourcesSocket", s.opts.PodResources.SocketPath, "draResources", s.opts.DRAResources.String())
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
@@ -152,7 +153,10 @@ func parseFlags() (*settings, error) {
 	s.core.Registerer = metrics.Registry
 	s.opts.PodResources.Registerer = metrics.Registry
 	var topologyPolicy, topologyScope, injection, allocatePolicy, mode, observeResources string
-	var topologyPolicyOptions []string
+	var topologyPolicyOptions, draResources []string
+	s.opts.DRA = dra.Options{
+		KubeletPluginsDir: dra.DefaultKubeletPluginsDir, KubeletRegistryDir: dra.DefaultKubeletRegistryDir, CDIDir: dra.DefaultCDIDir,
+	}
 
 	flag.StringVar(&s.opts.NodeName, "node-name", os.Getenv("NODE_NAME"),
 		"Name of the node the agent runs on (required); defaults to $NODE_NAME, set from the pod's spec.nodeName by the DaemonSet.")
@@ -193,6 +197,15 @@ func parseFlags() (*settings, error) {
 		"Unix socket on which the agent serves the kubelet's PodResources API (v1: List, Get, GetAllocatableResources) for the devices it manages, so node monitoring agents (dcgm-exporter, nfd-topology-updater) can map them to pods; the kubelet's own socket lists none of them. Its directory is created (0750) if missing. Empty disables it.")
 	flag.StringVar(&allocatePolicy, "allocate-policy", "",
 		"YAML file of the administrator's policy on device plugins' Allocate responses, per resource: allowedHostPathPrefixes, forbiddenEnvNames, forbiddenAnnotationPrefixes (docs/design.md, \"Trust model\"). Empty: only their structure is checked.")
+	flag.Func("dra-resources",
+		"Resources served through DRA, the agent being their DRA driver kubedevice.io (ResourceSlices, prepare through the kubelet, CDI): exact names, domain/* or *, comma-separated, repeatable. A resource is served by one path: these get no node capacity and are never allocated to pods through the device plugin path.",
+		func(v string) error { draResources = append(draResources, v); return nil })
+	flag.StringVar(&s.opts.DRA.KubeletPluginsDir, "kubelet-plugins-dir", s.opts.DRA.KubeletPluginsDir,
+		"The kubelet's DRA plugins directory; the DRA socket is <dir>/kubedevice.io/dra.sock (with --dra-resources).")
+	flag.StringVar(&s.opts.DRA.KubeletRegistryDir, "kubelet-registry-dir", s.opts.DRA.KubeletRegistryDir,
+		"The kubelet's plugin watcher directory, where the DRA driver registers (with --dra-resources).")
+	flag.StringVar(&s.opts.DRA.CDIDir, "cdi-dir", s.opts.DRA.CDIDir,
+		"The container runtime's CDI spec directory, where a spec per prepared claim is written (with --dra-resources).")
 	flag.StringVar(&s.metricsAddr, "metrics-bind-address", ":8080",
 		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
 	flag.BoolVar(&s.metricsSecure, "metrics-secure", true,
@@ -239,11 +252,19 @@ func parseFlags() (*settings, error) {
 			return nil, fmt.Errorf("--allocate-policy: %w", err)
 		}
 	}
+	if s.opts.DRAResources, err = dra.ParseResources(draResources); err != nil {
+		return nil, fmt.Errorf("--dra-resources: %w", err)
+	}
+	if s.opts.DRAResources.Any() {
+		s.core.ServedByDRA = s.opts.DRAResources.Match
+	}
 	switch err := s.opts.Validate(s.core); {
 	case errors.Is(err, agent.ErrNoNodeName):
 		return nil, errNoNodeName
 	case errors.Is(err, agent.ErrStateDir):
 		return nil, fmt.Errorf("--state-dir=%w", err)
+	case errors.Is(err, agent.ErrDRA):
+		return nil, err
 	case err != nil:
 		return nil, fmt.Errorf("--pod-resources-socket=%w", err)
 	}

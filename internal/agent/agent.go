@@ -26,6 +26,7 @@ import (
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 
 	"github.com/kubedevice/kubedevice/internal/agent/allocation"
+	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/agent/injection"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/agent/mirror"
@@ -93,6 +94,13 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 		Core: dm, Cordons: dm, Injection: inj, Gate: gate, Clock: opts.Clock, Path: kdv1alpha1.DevicePathNodeCapacity,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up the NodeDevice mirror: %w", err)
+	}
+	if opts.DRAResources.Any() {
+		d := opts.DRA
+		d.NodeName, d.Core, d.Gate = opts.NodeName, dm, gate
+		if err := dra.Setup(mgr, d); err != nil {
+			return nil, fmt.Errorf("setting up the DRA kubelet plugin: %w", err)
+		}
 	}
 	if err := mgr.Add(&leaseRenewer{opts: opts, gate: gate, client: mgr.GetClient(), apiReader: mgr.GetAPIReader()}); err != nil {
 		return nil, fmt.Errorf("adding the agent's Lease: %w", err)

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/agent/injection"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
@@ -156,6 +157,12 @@ type Options struct {
 
 	// Clock drives every timestamp, timer and delay of the agent; nil means the real clock.
 	Clock clock.WithTicker
+	// DRAResources are the resources served through DRA (--dra-resources): the agent is their
+	// DRA driver (package dra). The core's Config.ServedByDRA must be DRAResources.Match. None:
+	// no DRA flow runs.
+	DRAResources dra.Resources
+	// DRA configures the DRA flow (its directories; the rest Setup fills in).
+	DRA dra.Options
 }
 
 var (
@@ -250,6 +257,9 @@ func CacheOptions(node string) cache.Options {
 
 var errPodResourcesSocket = errors.New("want an absolute path outside the plugin directory and the plugins registry directory, whose sockets the agent treats as device plugins'")
 
+// ErrDRA wraps Validate's errors about the DRA flow's settings (--dra-resources, its directories).
+var ErrDRA = errors.New("--dra-resources")
+
 // ErrStateDir is Validate's error for a state directory that is relative or the plugin directory.
 var ErrStateDir = errors.New("want an absolute directory other than the plugin directory, which every device plugin mounts read-write")
 
@@ -263,6 +273,16 @@ func (o Options) Validate(cfg nodeagent.Config) error {
 	}
 	if d := cfg.StateDir; d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) == filepath.Clean(cfg.PluginDir)) {
 		return fmt.Errorf("%q: %w", d, ErrStateDir)
+	}
+	if o.DRAResources.Any() {
+		if cfg.ServedByDRA == nil {
+			return fmt.Errorf("%w: resources are configured but the core does not know them (Config.ServedByDRA)", ErrDRA)
+		}
+		d := o.DRA
+		d.NodeName = o.NodeName
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrDRA, err)
+		}
 	}
 	s := o.PodResources.SocketPath
 	if s == "" {

@@ -162,7 +162,7 @@ func TestResultString(t *testing.T) {
 		NodeDevices:       3,
 		FinalizersRemoved: 1,
 	}
-	want := "Removed 2 kubedevice resources from 1 node, deleted 3 NodeDevices (1 finalizer removed) and 0 DeviceAllocations; the controller: Lease released."
+	want := "Removed 2 kubedevice resources from 1 node, deleted 3 NodeDevices (1 finalizer removed), 0 DeviceAllocations, 0 DeviceClasses and 0 ResourceSlices; the controller: Lease released."
 	if got := r.String(); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}

@@ -70,14 +70,15 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 	observed := map[corev1.ResourceName]bool{}
 	for i := range nds {
 		name := corev1.ResourceName(nds[i].Spec.ResourceName)
+		if nds[i].Status.EffectivePath() == kdv1alpha1.DevicePathObserved {
+			observed[name] = true
+			continue
+		}
 		if !nds[i].DeletionTimestamp.IsZero() {
 			terminating[name] = true
 			continue
 		}
 		switch nds[i].Status.EffectivePath() {
-		case kdv1alpha1.DevicePathObserved:
-			observed[name] = true
-			continue
 		case kdv1alpha1.DevicePathDRA:
 			dra[name] = true
 			continue

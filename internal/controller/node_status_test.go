@@ -177,6 +177,12 @@ func TestDesiredCapacity(t *testing.T) {
 			agentReady: true,
 			want:       map[corev1.ResourceName]int64{},
 		},
+		"an observed resource's last shard terminating: the kubelet's count is not zeroed": {
+			status:     nodeStatus(gopher, "4"),
+			nds:        []kdv1alpha1.NodeDevice{withPath(nd("a", gopher, 4, true, NodeCapacityFinalizer), kdv1alpha1.DevicePathObserved)},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{},
+		},
 		"a DRA resource whose last shard is terminating and that the node still publishes is zeroed": {
 			status:     nodeStatus(gopher, "4"),
 			nds:        []kdv1alpha1.NodeDevice{withPath(nd("a", gopher, 4, true, NodeCapacityFinalizer), kdv1alpha1.DevicePathDRA)},

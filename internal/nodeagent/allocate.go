@@ -54,6 +54,10 @@ const (
 // checkpoint has not been rebuilt with RestoreAllocations.
 var errRebuildPending = errors.New("the checkpoint was corrupt and the allocations it held are not rebuilt yet")
 
+// errServedByDRA refuses a pod-path allocation of a resource served through
+// DRA on the node.
+var errServedByDRA = errors.New("the resource is served through DRA on this node: the scheduler allocates it to the pod's ResourceClaim")
+
 // podScopeKey is the affinity key of a pod as a whole (pod scope); container
 // names are never empty.
 const podScopeKey = ""
@@ -248,9 +252,14 @@ type allocTxn struct {
 }
 
 func (m *Manager) newTxn(pod *v1.Pod) *allocTxn {
+	return m.newTxnRef(poddevices.PodRef{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name})
+}
+
+// newTxnRef starts a transaction for the pod (or claim, see claims.go) ref.
+func (m *Manager) newTxnRef(ref poddevices.PodRef) *allocTxn {
 	return &allocTxn{
 		m:       m,
-		pod:     poddevices.PodRef{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name},
+		pod:     ref,
 		start:   time.Now(),
 		changed: sets.New[string](),
 	}
@@ -533,6 +542,14 @@ func (m *Manager) devicesToAllocateLocked(ctx context.Context, pod *v1.Pod, cont
 			Reason:    AllocationPluginUnavailable,
 			Retryable: true,
 			Err:       fmt.Errorf("allocating %s for container %q: %w", resource, container, errRebuildPending),
+		}
+	}
+	if devices == nil && m.ServedByDRA(resource) {
+		// One path per resource: a DRA resource's devices go to claims. A
+		// pod holding some already (allocated before the switch) keeps them.
+		return nil, false, &AllocationError{
+			Reason: AllocationAllocateFailed,
+			Err:    fmt.Errorf("allocating %s for container %q: %w", resource, container, errServedByDRA),
 		}
 	}
 

@@ -51,12 +51,15 @@ type ResourceAllocation struct {
 	NUMANodes []int64
 }
 
-// DeviceHolder is the container a device is allocated to.
+// DeviceHolder is the container a device is allocated to, or the DRA
+// ResourceClaim it is prepared for (Claim set; the pod fields empty but
+// Namespace, the claim's).
 type DeviceHolder struct {
 	PodUID    string
 	Namespace string
 	PodName   string
 	Container string
+	Claim     *ClaimRef
 }
 
 // CheckpointInfo is the provenance of the manager's state on disk.

@@ -149,6 +149,21 @@ limitations under the License.
 // allocated and counted as allocatable. PodAllocations and snapshots (a
 // Holder per device) show committed allocations only.
 //
+// # DRA claims
+//
+// PrepareClaim and UnprepareClaim (claims.go) are the DRA driver's prepare
+// and unprepare: exactly the devices the scheduler chose for a ResourceClaim,
+// each known, healthy, not cordoned and held by nobody, allocated as a
+// transaction like a container's (one Allocate per request and resource,
+// PreStartContainer where required, the checkpoint fsync'd, rolled back on
+// failure), idempotent, and re-allocated after a node reboot. A claim lives in
+// the same poddevices.Store as the pods, under the key "claim:<UID>" (never a
+// pod UID), so a device is never held through both paths; the pods' garbage
+// collection, PodAllocations, PodsHolding and the PodResources API skip claim
+// keys. Config.ServedByDRA names the resources served through DRA: only their
+// devices are prepared for claims, and they are refused to pods that do not
+// hold them already. Snapshots name a claim holder with DeviceHolder.Claim.
+//
 // # Checkpoint, restart and reboot
 //
 // persist.go keeps the checkpoint (Config.CheckpointPath, in Config.StateDir,

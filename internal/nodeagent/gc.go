@@ -47,6 +47,12 @@ func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.P
 
 	m.mu.Lock()
 	gone := m.pods.Pods().Difference(active)
+	for key := range gone {
+		if IsClaimKey(key) {
+			// A claim is not a pod: NodeUnprepareResources frees it.
+			gone.Delete(key)
+		}
+	}
 	changed := sets.New[string]()
 	for uid := range gone {
 		for _, e := range m.pods.PodEntries(uid) {
@@ -56,7 +62,7 @@ func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.P
 	freed := m.pods.Delete(sets.List(gone)...)
 	staleChanged := false
 	for uid := range m.stale {
-		if !active.Has(uid) && !m.pods.HasPod(uid) {
+		if !active.Has(uid) && !m.pods.HasPod(uid) && !IsClaimKey(uid) {
 			delete(m.stale, uid)
 			staleChanged = true
 		}

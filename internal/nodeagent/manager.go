@@ -117,6 +117,12 @@ type Config struct {
 	// AllocatePolicy is the administrator's policy on plugins' Allocate responses; nil checks
 	// their structure only (internal/allocpolicy).
 	AllocatePolicy *allocpolicy.Policy
+	// ServedByDRA reports whether a resource is served through DRA on this
+	// node (the agent's --dra-resources): its devices are prepared for
+	// ResourceClaims (PrepareClaim) and never allocated to a pod that does
+	// not hold them already; the other resources' devices are never
+	// prepared for a claim. Nil: no resource is.
+	ServedByDRA func(resource string) bool
 }
 
 // DefaultConfig returns the production configuration.

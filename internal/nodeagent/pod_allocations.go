@@ -19,6 +19,7 @@ package nodeagent
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
@@ -71,7 +72,7 @@ func (m *Manager) PodsHolding(namespace, name string) []string {
 	defer m.mu.Unlock()
 	var uids []string
 	for uid, ref := range m.podRefs {
-		if ref.Namespace == namespace && ref.Name == name && m.pods.HasPod(uid) {
+		if ref.Namespace == namespace && ref.Name == name && !IsClaimKey(uid) && m.pods.HasPod(uid) {
 			uids = append(uids, uid)
 		}
 	}
@@ -91,6 +92,9 @@ func (m *Manager) podAllocationsLocked(uid string) []PodAllocation {
 		entries = m.pods.PodEntries(uid)
 	}
 	for _, e := range entries {
+		if IsClaimKey(e.PodUID) {
+			continue // a ResourceClaim (claims.go), not a pod
+		}
 		if len(out) == 0 || out[len(out)-1].PodUID != e.PodUID {
 			out = append(out, PodAllocation{PodUID: e.PodUID, Namespace: e.PodNamespace, Name: e.PodName})
 		}
@@ -171,5 +175,8 @@ func (m *Manager) holderLocked(resource, id string) *DeviceHolder {
 		return nil
 	}
 	ref := m.podRefs[uid]
+	if IsClaimKey(uid) {
+		return &DeviceHolder{Namespace: ref.Namespace, Claim: &ClaimRef{UID: strings.TrimPrefix(uid, ClaimKeyPrefix), Namespace: ref.Namespace, Name: ref.Name}}
+	}
 	return &DeviceHolder{PodUID: uid, Namespace: ref.Namespace, PodName: ref.Name, Container: container}
 }

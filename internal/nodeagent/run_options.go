@@ -42,10 +42,10 @@ import (
 // it sees the new devices. A finished pod (Succeeded or Failed) is never
 // allocated again.
 //
-// The agent does not call it yet (it allocates at bind time with AllocatePod
-// and injects from PodAllocation): with Allocate, it is kept, tested against
-// the kubelet's checklist, for the DRA flow's prepare path, which allocates a
-// container's devices and needs its run options.
+// The agent does not call it (it allocates at bind time with AllocatePod
+// and injects from PodAllocation; the DRA flow prepares claims with
+// PrepareClaim): with Allocate, it is kept, tested against the kubelet's
+// checklist, as the kubelet's per-container entry point.
 func (m *Manager) GetDeviceRunContainerOptions(ctx context.Context, pod *v1.Pod, container *v1.Container) (*poddevices.RunContainerOptions, error) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod), "podUID", pod.UID, "containerName", container.Name)
 	ctx = klog.NewContext(ctx, logger)

@@ -68,6 +68,9 @@ type ResourceSnapshot struct {
 	Cordoned int
 	// Devices are sorted by ID.
 	Devices []DeviceSnapshot
+	// ServedByDRA: the resource's devices are prepared for DRA
+	// ResourceClaims, not allocated to pods (Config.ServedByDRA).
+	ServedByDRA bool
 }
 
 // PluginOptions are the options a plugin returned from GetDevicePluginOptions.
@@ -104,6 +107,7 @@ func (m *Manager) snapshotLocked(r *resourceState) ResourceSnapshot {
 		StateSince:   r.stateSince,
 		Capacity:     r.healthy.Len() + r.unhealthy.Len(),
 		Allocatable:  m.allocatableCountLocked(r),
+		ServedByDRA:  m.ServedByDRA(r.name),
 		Options: PluginOptions{
 			PreStartRequired:                r.primary.opts().GetPreStartRequired(),
 			GetPreferredAllocationAvailable: r.primary.opts().GetGetPreferredAllocationAvailable(),

@@ -83,6 +83,9 @@ type Device struct {
 	NUMANodes []int64
 	// Holder is namespace/pod/container; empty when the device is free.
 	Holder string
+	// Claim: the holder is a DRA ResourceClaim (namespace/resourceclaim/name), which no
+	// DeviceAllocation records.
+	Claim bool
 	// Unlisted marks a device that a DeviceAllocation holds but no NodeDevice lists: its plugin
 	// stopped reporting it while a container held it. Health and Reason are empty.
 	Unlisted bool
@@ -203,6 +206,10 @@ func device(resource string, d kdv1alpha1.DeviceStatus) Device {
 	}
 	if h := d.Holder; h != nil {
 		dev.Holder = h.Namespace + "/" + h.PodName + "/" + h.ContainerName
+		if h.ClaimName != "" {
+			dev.Holder = h.Namespace + "/resourceclaim/" + h.ClaimName
+			dev.Claim = true
+		}
 	}
 	return dev
 }
@@ -288,7 +295,7 @@ func (b *nodeBuilder) compareAllocations(devices []Device) (waiting []Waiting, u
 	}
 	for _, d := range devices {
 		k := key{d.Resource, d.ID}
-		if _, ok := recorded[k]; d.Holder != "" && !ok {
+		if _, ok := recorded[k]; d.Holder != "" && !d.Claim && !ok {
 			disagreements = append(disagreements, fmt.Sprintf("%s %s: the NodeDevice lists it held by %s, no DeviceAllocation records it",
 				d.Resource, d.ID, d.Holder))
 		}

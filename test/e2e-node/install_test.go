@@ -35,6 +35,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -349,12 +350,19 @@ func cleanUp(ctx context.Context, extra ...string) {
 }
 
 // expectNoKubedeviceTraces checks what an uninstall must leave: the node offers no gopher, neither
-// in its capacity nor in its allocatable (not even as 0), and no NodeDevice is left.
+// in its capacity nor in its allocatable (not even as 0), no NodeDevice is left, and neither are
+// kubedevice's DeviceClasses nor its DRA driver's ResourceSlices.
 func expectNoKubedeviceTraces(ctx context.Context) {
 	n, err := clientset.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(n.Status.Capacity).NotTo(HaveKey(corev1.ResourceName(gopherResource)), "the node's capacity")
 	Expect(n.Status.Allocatable).NotTo(HaveKey(corev1.ResourceName(gopherResource)), "the node's allocatable")
+	classes := &resourcev1.DeviceClassList{}
+	Expect(kd.List(ctx, classes, client.MatchingLabels{"app.kubernetes.io/managed-by": "kubedevice"})).To(Succeed())
+	Expect(classes.Items).To(BeEmpty(), "kubedevice's DeviceClasses left")
+	slices := &resourcev1.ResourceSliceList{}
+	Expect(kd.List(ctx, slices, client.MatchingFields{resourcev1.ResourceSliceSelectorDriver: "kubedevice.io"})).To(Succeed())
+	Expect(slices.Items).To(BeEmpty(), "ResourceSlices of kubedevice's DRA driver left")
 	if crdExists(ctx, kubedeviceCRDs[0]) {
 		list := &kdv1alpha1.NodeDeviceList{}
 		Expect(kd.List(ctx, list)).To(Succeed())

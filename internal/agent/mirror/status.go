@@ -121,6 +121,9 @@ func nodeDeviceStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.Devic
 	}
 	registered := snap.State == nodeagent.PluginRegistered
 	st := kdv1alpha1.NodeDeviceStatus{ObservedGeneration: generation}
+	if snap.ServedByDRA {
+		st.Path = kdv1alpha1.DevicePathDRA
+	}
 
 	st.Plugin = &kdv1alpha1.PluginStatus{
 		State:                           kdv1alpha1.PluginStateDisconnected,
@@ -291,6 +294,9 @@ func apiHealth(h nodeagent.Health) kdv1alpha1.DeviceHealth {
 func apiHolder(h *nodeagent.DeviceHolder) *kdv1alpha1.DeviceHolder {
 	if h == nil {
 		return nil
+	}
+	if h.Claim != nil {
+		return &kdv1alpha1.DeviceHolder{Namespace: h.Claim.Namespace, ClaimName: h.Claim.Name}
 	}
 	return &kdv1alpha1.DeviceHolder{Namespace: h.Namespace, PodName: h.PodName, PodUID: h.PodUID, ContainerName: h.Container}
 }

@@ -209,6 +209,18 @@ func (n *nodeAgent) start() {
 	if n.grace > 0 {
 		core.EndpointGracePeriod = n.grace
 	}
+	opts := agent.Options{NodeName: n.name, Namespace: agentNamespace}
+	for _, o := range n.options {
+		o(&opts)
+	}
+	if opts.DRAResources.Any() {
+		core.ServedByDRA = opts.DRAResources.Match
+		if opts.DRA.KubeletPluginsDir == "" {
+			opts.DRA.KubeletPluginsDir = filepath.Join(n.dir, "plugins")
+			opts.DRA.KubeletRegistryDir = filepath.Join(n.dir, "plugins_registry")
+			opts.DRA.CDIDir = filepath.Join(n.dir, "cdi")
+		}
+	}
 	dm, err := nodeagent.New(core)
 	Expect(err).NotTo(HaveOccurred())
 
@@ -230,10 +242,6 @@ func (n *nodeAgent) start() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(indexer.Setup(ctx, mgr.GetFieldIndexer())).To(Succeed())
-	opts := agent.Options{NodeName: n.name, Namespace: agentNamespace}
-	for _, o := range n.options {
-		o(&opts)
-	}
 	a, err := agent.Setup(mgr, dm, opts)
 	Expect(err).NotTo(HaveOccurred())
 	n.dm = dm

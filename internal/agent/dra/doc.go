@@ -1,0 +1,52 @@
+/*
+Copyright 2026 The kubedevice Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package dra is the agent's DRA flow: the agent is the DRA driver kubedevice.io for every
+// resource served through DRA on its node (--dra-resources), whatever unmodified device plugin
+// serves it.
+//
+// It is built on k8s.io/dynamic-resource-allocation: kubeletplugin registers the driver with the
+// kubelet's plugin watcher, serves the DRA gRPC service (NodePrepareResources,
+// NodeUnprepareResources) and the resource health service, and publishes ResourceSlices through
+// resourceslice, which splits, creates, updates and deletes them. This package supplies the
+// kubeletplugin.DRAPlugin (driver.go) and what is published (slices.go):
+//
+//   - one pool per resource, named after it (PoolName), devices named by DeviceName (a DNS label
+//     deterministically derived from the plugin's ID, hash-suffixed when the ID had to change),
+//     with the attributes kubedevice.io/resourceName, kubedevice.io/deviceID (the plugin's ID as
+//     it is) and resource.kubernetes.io/numaNode, cut into slices of MaxDevicesPerSlice (64, the
+//     limit of slices with taints);
+//   - NoSchedule taints for an unhealthy device (value: the reason), a cordoned one, one whose
+//     plugin is disconnected, and one a pod still holds through the device plugin path;
+//   - republished on every change the core announces (Subscribe), all pools at once: the library
+//     writes only what differs.
+//
+// Prepare turns each allocation result of the driver into a plugin device ID (through the
+// published names, or through the claim's record in the core after a restart) and calls the
+// core's PrepareClaim, which allocates exactly those devices — one Allocate per request and
+// resource, PreStartContainer where the plugin requires it, the checkpoint fsync'd — or refuses
+// them. The claim's CDI spec (cdi.go; kind kubedevice.io/device, one file per claim,
+// <CDIDir>/kubedevice.io-device_<claim UID>.json) carries each response's envs, device nodes and
+// mounts; the CDI devices the plugin returned itself are passed on; annotations have no CDI
+// equivalent and are dropped with a log line. Unprepare removes the spec and frees the devices.
+// Both are idempotent, and survive an agent restart: the core's checkpoint holds the claims.
+//
+// The flow uses the core only through its Core interface, and imports no other flow nor
+// internal/agent.
+//
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims,verbs=get;list;watch
+package dra

@@ -1,0 +1,193 @@
+/*
+Copyright 2026 The kubedevice Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
+)
+
+// Default directories of the kubelet's plugin watcher and DRA plugins.
+const (
+	DefaultKubeletPluginsDir  = kubeletplugin.KubeletPluginsDir
+	DefaultKubeletRegistryDir = kubeletplugin.KubeletRegistryDir
+)
+
+// Core is what the DRA flow uses of the device manager core, *nodeagent.Manager.
+type Core interface {
+	// PrepareClaim allocates exactly the given devices to a claim, durably; idempotent.
+	PrepareClaim(ctx context.Context, claim nodeagent.ClaimRef, requests []nodeagent.ClaimRequest) (nodeagent.ClaimAllocation, error)
+	// UnprepareClaim frees a claim's devices, durably; idempotent.
+	UnprepareClaim(ctx context.Context, uid string) (bool, error)
+	// Claim is what a prepared claim holds.
+	Claim(uid string) (nodeagent.ClaimAllocation, bool)
+	// Snapshots are the resources' states; ServedByDRA marks the ones this flow publishes.
+	Snapshots() []nodeagent.ResourceSnapshot
+	// Subscribe announces the resources that changed.
+	Subscribe() *nodeagent.Subscription
+}
+
+// Options are the DRA flow's settings and dependencies.
+type Options struct {
+	// NodeName is the agent's node: the ResourceSlices' node and owner.
+	NodeName string
+	// Core prepares claims and reports the devices.
+	Core Core
+	// Gate holds the kubelet plugin and the publishing until the agent has started (checkpoint
+	// restored), so no claim is prepared and no empty pool published before.
+	Gate *kube.Gate
+	// KubeClient reads ResourceClaims and writes ResourceSlices; nil: built from the manager's
+	// rest config.
+	KubeClient kubernetes.Interface
+	// KubeletPluginsDir holds the driver's socket directory, <dir>/kubedevice.io/dra.sock.
+	KubeletPluginsDir string
+	// KubeletRegistryDir is the kubelet's plugin watcher directory, where the registration socket
+	// kubedevice.io-reg.sock goes.
+	KubeletRegistryDir string
+	// CDIDir is where the per-claim CDI specs are written (the runtime's CDI spec directory).
+	CDIDir string
+	// Listen, if set, replaces net.Listen("unix") for both sockets (tests).
+	Listen func(ctx context.Context, path string) (net.Listener, error)
+}
+
+// Validate reports missing or relative settings (Setup also needs Core and Gate).
+func (o Options) Validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("the node name is required"))
+	}
+	for name, dir := range map[string]string{"kubelet plugins": o.KubeletPluginsDir, "kubelet registry": o.KubeletRegistryDir, "CDI": o.CDIDir} {
+		if !filepath.IsAbs(dir) {
+			errs = append(errs, fmt.Errorf("the %s directory must be an absolute path, got %q", name, dir))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("DRA options: %w", err)
+	}
+	return nil
+}
+
+// Setup adds the DRA flow to mgr: once the agent has started, the kubelet plugin (registration
+// and DRA gRPC service, health service) and the publishing of the DRA-served resources'
+// ResourceSlices, republished on every change of the core.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if opts.Core == nil || opts.Gate == nil {
+		return errors.New("DRA flow: the core and the start-up gate are required")
+	}
+	if opts.KubeClient == nil {
+		cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("DRA flow: building the Kubernetes client: %w", err)
+		}
+		opts.KubeClient = cs
+	}
+	w, err := newCDIWriter(opts.CDIDir)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(&runner{opts: opts, driver: &driver{core: opts.Core, cdi: w, fatal: make(chan error, 1)}})
+}
+
+// runner runs the kubelet plugin and the publisher.
+type runner struct {
+	opts   Options
+	driver *driver
+}
+
+func (*runner) NeedLeaderElection() bool { return false }
+
+// Start waits for the agent's start-up, starts the kubelet plugin and publishes until ctx ends or
+// a fatal background error.
+func (r *runner) Start(ctx context.Context) error {
+	if err := r.opts.Gate.Wait(ctx); err != nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithName("dra")
+	ctx = klog.NewContext(ctx, logger)
+	// The library listens in these directories but does not create them; the driver's own
+	// directory under the kubelet's plugins directory never exists on a fresh node.
+	dataDir := filepath.Join(r.opts.KubeletPluginsDir, DriverName)
+	for _, dir := range []string{dataDir, r.opts.KubeletRegistryDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("creating the DRA plugin directory: %w", err)
+		}
+	}
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(DriverName),
+		kubeletplugin.KubeClient(r.opts.KubeClient),
+		kubeletplugin.NodeName(r.opts.NodeName),
+		kubeletplugin.RegistrarDirectoryPath(r.opts.KubeletRegistryDir),
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
+		// The core serializes what must be (per claim, per device); a plugin that hangs must not
+		// hold up the claims of other resources.
+		kubeletplugin.Serialize(false),
+	}
+	if r.opts.Listen != nil {
+		opts = append(opts, kubeletplugin.PluginListener(r.opts.Listen), kubeletplugin.RegistrarListener(r.opts.Listen))
+	}
+	helper, err := kubeletplugin.Start(ctx, r.driver, opts...)
+	if err != nil {
+		return fmt.Errorf("starting the DRA kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+	logger.Info("DRA kubelet plugin started", "driver", DriverName)
+	return publish(ctx, r.opts.Core, helper, r.driver.fatal)
+}
+
+// publish publishes the pools of the DRA-served resources now and again whenever the core
+// announces a change, until ctx ends (nil) or a fatal error arrives. Every change republishes all
+// pools: building them is cheap, and the library writes only the slices that differ.
+func publish(ctx context.Context, core Core, helper *kubeletplugin.Helper, fatal <-chan error) error {
+	logger := klog.FromContext(ctx)
+	sub := core.Subscribe()
+	defer sub.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-fatal:
+			return err
+		case <-sub.Ready():
+		}
+		changed := sub.Changed()
+		resources, pools := driverResources(core.Snapshots())
+		for name, p := range pools {
+			if len(p.dropped) > 0 {
+				logger.Error(errors.New("device names collide"), "Devices left out of the ResourceSlices", "pool", name, "deviceIDs", p.dropped)
+			}
+		}
+		if err := helper.PublishResources(ctx, resources); err != nil {
+			return fmt.Errorf("publishing ResourceSlices: %w", err)
+		}
+		logger.V(4).Info("Published ResourceSlices", "pools", len(resources.Pools), "changed", changed)
+	}
+}

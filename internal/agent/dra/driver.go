@@ -1,0 +1,269 @@
+/*
+Copyright 2026 The kubedevice Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
+)
+
+// healthResend is how often the health of every device is sent to the kubelet although nothing
+// changed: the kubelet reports a device's health as unknown when it was not refreshed within
+// healthTimeout.
+const (
+	healthResend  = 20 * time.Second
+	healthTimeout = time.Minute
+)
+
+// driver implements kubeletplugin.DRAPlugin over the core.
+type driver struct {
+	core Core
+	cdi  *cdiWriter
+	// fatal receives a background error that retrying does not resolve; the runnable returns it.
+	fatal chan error
+}
+
+var _ kubeletplugin.DRAPlugin = &driver{}
+
+// PrepareResourceClaims prepares each claim: the devices of kubedevice's driver in its allocation
+// are allocated in the core (the plugins' Allocate, PreStartContainer where required, the
+// checkpoint written), its CDI spec is written, and the CDI device IDs are returned. A claim whose
+// preparation fails gets its error (the kubelet retries); the others are prepared.
+func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		devices, err := d.prepare(ctx, claim)
+		out[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
+	}
+	return out, nil
+}
+
+// prepare prepares one claim.
+func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	var results []resourceapi.DeviceRequestAllocationResult
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver == DriverName {
+			results = append(results, r)
+		}
+	}
+	if len(results) == 0 {
+		return nil, nil
+	}
+	ref := nodeagent.ClaimRef{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name}
+
+	// Device names map back to plugin IDs through the published pools; a claim the core holds
+	// already maps through its record (names are a function of the IDs), so it is prepared again
+	// even if its plugin has gone for good meanwhile.
+	type deviceKey struct{ pool, device string }
+	type target struct{ resource, id string }
+	known := map[deviceKey]target{}
+	if prev, ok := d.core.Claim(ref.UID); ok {
+		for _, ra := range prev.Resources {
+			for _, id := range ra.DeviceIDs {
+				known[deviceKey{PoolName(ra.ResourceName), DeviceName(id)}] = target{ra.ResourceName, id}
+			}
+		}
+	}
+	var pools map[string]pool
+	groups := map[[2]string]*nodeagent.ClaimRequest{}
+	var order [][2]string
+	for _, r := range results {
+		t, ok := known[deviceKey{r.Pool, r.Device}]
+		if !ok {
+			if pools == nil {
+				_, pools = driverResources(d.core.Snapshots())
+			}
+			p, found := pools[r.Pool]
+			id, found2 := p.ids[r.Device]
+			if !found || !found2 {
+				return nil, errUnknownDevice(r.Pool, r.Device)
+			}
+			t = target{p.resource, id}
+		}
+		k := [2]string{r.Request, t.resource}
+		if groups[k] == nil {
+			groups[k] = &nodeagent.ClaimRequest{Request: r.Request, ResourceName: t.resource}
+			order = append(order, k)
+		}
+		groups[k].DeviceIDs = append(groups[k].DeviceIDs, t.id)
+	}
+	reqs := make([]nodeagent.ClaimRequest, 0, len(order))
+	for _, k := range order {
+		reqs = append(reqs, *groups[k])
+	}
+
+	alloc, err := d.core.PrepareClaim(ctx, ref, reqs)
+	if err != nil {
+		return nil, err
+	}
+	spec, ids, dropped := claimSpec(alloc)
+	if len(dropped) > 0 {
+		logger.Info("The device plugins' Allocate responses hold annotations, which have no CDI equivalent: dropped", "annotations", dropped)
+	}
+	// Written on every prepare, so a spec lost with /var/run/cdi (a tmpfs) after a reboot comes
+	// back when the kubelet prepares the claim again.
+	if err := d.cdi.write(ref.UID, spec); err != nil {
+		return nil, err
+	}
+
+	// The CDI devices of a request and resource go with the first device of that group in the
+	// allocation, so a container using the request gets them once.
+	groupIDs := map[[2]string][]string{}
+	for i, ra := range alloc.Resources {
+		groupIDs[[2]string{ra.Request, ra.ResourceName}] = ids[i]
+	}
+	request := func(r string) string {
+		if r == "" {
+			return nodeagent.ClaimContainer
+		}
+		return r
+	}
+	var devices []kubeletplugin.Device
+	for _, r := range results {
+		var t target
+		if kt, ok := known[deviceKey{r.Pool, r.Device}]; ok {
+			t = kt
+		} else {
+			t = target{pools[r.Pool].resource, pools[r.Pool].ids[r.Device]}
+		}
+		k := [2]string{request(r.Request), t.resource}
+		dev := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device}
+		if cdi, ok := groupIDs[k]; ok {
+			dev.CDIDeviceIDs = cdi
+			delete(groupIDs, k)
+		}
+		devices = append(devices, dev)
+	}
+	logger.V(2).Info("Prepared claim", "devices", len(devices))
+	return devices, nil
+}
+
+// UnprepareResourceClaims frees each claim's devices in the core and removes its CDI spec. A claim
+// that is not prepared (any more) is not an error: the kubelet retries.
+func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		if err := d.cdi.remove(string(c.UID)); err != nil {
+			out[c.UID] = err
+			continue
+		}
+		if _, err := d.core.UnprepareClaim(ctx, string(c.UID)); err != nil {
+			out[c.UID] = err
+			continue
+		}
+		out[c.UID] = nil
+	}
+	return out, nil
+}
+
+// HandleError logs a background error (ResourceSlice publishing, the gRPC servers); one that is
+// not recoverable stops the DRA flow, and with it the agent, which its DaemonSet restarts.
+func (d *driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		return
+	}
+	select {
+	case d.fatal <- fmt.Errorf("%s: %w", msg, err):
+	default:
+	}
+}
+
+// WatchHealthStatus reports the health of every device of the DRA-served resources to the kubelet
+// (KEP-4680: the kubelet shows it in the pod status of the pods holding them): at once, on every
+// change the core announces, and every healthResend.
+func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	sub := d.core.Subscribe()
+	defer sub.Close()
+	tick := time.NewTicker(healthResend)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- healthReport(d.core.Snapshots(), time.Now()):
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sub.Ready():
+			sub.Changed()
+		case <-tick.C:
+		}
+	}
+}
+
+// healthReport is the health of every device of the DRA-served resources.
+func healthReport(snaps []nodeagent.ResourceSnapshot, now time.Time) kubeletplugin.DeviceHealthReport {
+	var out kubeletplugin.DeviceHealthReport
+	for _, s := range snaps {
+		if !s.ServedByDRA {
+			continue
+		}
+		poolName := PoolName(s.ResourceName)
+		p := poolOf(s)
+		for _, dev := range s.Devices {
+			name, ok := p.names[dev.ID]
+			if !ok {
+				continue
+			}
+			h := kubeletplugin.DeviceHealth{
+				PoolName: poolName, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy,
+				LastUpdated: now, HealthCheckTimeout: healthTimeout,
+			}
+			if dev.Health != nodeagent.Healthy {
+				h.Health = kubeletplugin.HealthStatusUnhealthy
+				h.Message = dev.Reason
+				if dev.Message != "" {
+					h.Message += ": " + dev.Message
+				}
+			}
+			out.Devices = append(out.Devices, h)
+		}
+	}
+	slices.SortFunc(out.Devices, func(a, b kubeletplugin.DeviceHealth) int {
+		if a.PoolName != b.PoolName {
+			if a.PoolName < b.PoolName {
+				return -1
+			}
+			return 1
+		}
+		if a.DeviceName < b.DeviceName {
+			return -1
+		}
+		if a.DeviceName > b.DeviceName {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
