@@ -99,7 +99,8 @@ type Options struct {
 	// Path is written as every NodeDevice's status.path: DevicePathNodeCapacity for the resources
 	// the agent manages (written out, not left empty: the Path printer column and the cells after
 	// it would shift in kubectl's output; NodeDevices of an earlier agent get it in one status
-	// write), DevicePathObserved for those it observes.
+	// write), DevicePathObserved for those it observes. A resource the core serves through DRA
+	// (ResourceSnapshot.ServedByDRA) is written as DevicePathDRA whatever this says.
 	Path kdv1alpha1.DevicePath
 	// Gate holds every reconcile until the agent has started.
 	Gate *kube.Gate
@@ -304,7 +305,10 @@ func newNodeDevice(node *corev1.Node, resource string, p shardPlan) *kdv1alpha1.
 func (r *reconciler) desiredStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.DeviceSnapshot, current *kdv1alpha1.NodeDevice,
 	info nodeagent.CheckpointInfo, generation int64, now time.Time) kdv1alpha1.NodeDeviceStatus {
 	st := nodeDeviceStatus(snap, devices, current, info, generation, now)
-	st.Path = r.Path
+	if st.Path == "" {
+		// A resource the core serves through DRA says so itself; every other takes the mirror's.
+		st.Path = r.Path
+	}
 	if !r.injects {
 		return st
 	}
