@@ -17,7 +17,9 @@ limitations under the License.
 // Command kubedevice-agent is the kubedevice node agent: the device plugin manager of one node. It
 // serves the device plugin registration socket, allocates devices to the pods bound to its node,
 // checkpoints every decision, mirrors devices and allocations into NodeDevice and DeviceAllocation
-// objects, and serves the kubelet's PodResources API for the devices it manages. It parses flags and wires; the work is in internal/nodeagent (the core)
+// objects, and serves the kubelet's PodResources API for the devices it manages. With --mode=observe
+// it manages nothing and mirrors, read-only, what the kubelet reports of its own device plugins
+// (internal/agent/observe). It parses flags and wires; the work is in internal/nodeagent (the core)
 // and internal/agent (the Kubernetes side).
 package main
 

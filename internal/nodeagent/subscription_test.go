@@ -149,3 +149,38 @@ func TestSubscriptionConsumerConverges(t *testing.T) {
 		return nil
 	})
 }
+
+// A Notifier's subscriptions start from the names they are given, accumulate what is notified
+// until taken, and hear nothing once closed.
+func TestNotifier(t *testing.T) {
+	var n Notifier
+	a := n.Subscribe("r1", "r2")
+	b := n.Subscribe()
+	select {
+	case <-a.Ready():
+	default:
+		t.Fatal("a subscription with initial names is not ready")
+	}
+	if diff := cmp.Diff([]string{"r1", "r2"}, a.Changed()); diff != "" {
+		t.Errorf("first Changed (-want +got):\n%s", diff)
+	}
+	n.Notify("r3")
+	n.Notify("r1", "r3")
+	<-a.Ready()
+	if diff := cmp.Diff([]string{"r1", "r3"}, a.Changed()); diff != "" {
+		t.Errorf("Changed after two notifications (-want +got):\n%s", diff)
+	}
+	b.Close()
+	n.Notify("r4")
+	select {
+	case <-b.Ready():
+		if diff := cmp.Diff([]string{"r1", "r3"}, b.Changed()); diff != "" {
+			t.Errorf("b heard, before and after it closed (-want +got):\n%s", diff)
+		}
+	default:
+		t.Error("b missed what was notified before it closed")
+	}
+	if got := b.Changed(); got != nil {
+		t.Errorf("a closed subscription heard %q", got)
+	}
+}

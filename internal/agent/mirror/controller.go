@@ -123,15 +123,20 @@ type reconciler struct {
 	// written lets kube.Fresh skip reading a shard the cache does not hold and the agent has not
 	// written lately: a first registration creates its shards without reading them first.
 	written *kube.Written
+	// injects is false when the agent injects nothing (observe mode): no NodeDevice carries
+	// RuntimeInjectionReady, not even one a managing agent wrote before.
+	injects bool
 }
 
 // Setup adds the NodeDevice mirror to mgr, whose cache must hold the node's NodeDevices and its
 // Node.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	if opts.Injection == nil {
+	injects := opts.Injection != nil
+	if !injects {
 		opts.Injection = noInjection{}
 	}
 	r := &reconciler{
+		injects:   injects,
 		Options:   opts,
 		client:    mgr.GetClient(),
 		apiReader: mgr.GetAPIReader(),
@@ -335,6 +340,9 @@ func (r *reconciler) desiredStatus(snap nodeagent.ResourceSnapshot, devices []no
 	if st.Path == "" {
 		// A resource the core serves through DRA says so itself; every other takes the mirror's.
 		st.Path = r.Path
+	}
+	if !r.injects {
+		return st
 	}
 	c, known := r.Injection.Condition()
 	return withRuntimeInjection(st, current, c, known, generation, now)

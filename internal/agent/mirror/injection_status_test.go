@@ -65,3 +65,24 @@ func TestWithRuntimeInjection(t *testing.T) {
 		t.Errorf("condition after a disconnection (-want +got):\n%s", diff)
 	}
 }
+
+// An agent that injects nothing (observe mode) writes its path and no RuntimeInjectionReady, and
+// drops the one a managing agent wrote on the same node before.
+func TestObservedStatusCarriesNoRuntimeInjection(t *testing.T) {
+	snap := registered(devices(2)...)
+	connected := metav1.Condition{Status: metav1.ConditionTrue, Reason: kdv1alpha1.ReasonNRIConnected, Message: "connected"}
+	managed := withRuntimeInjection(nodeDeviceStatus(snap, snap.Devices, nil, nodeagent.CheckpointInfo{}, 1, t0), nil, connected, true, 1, t0)
+	current := &kdv1alpha1.NodeDevice{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: managed}
+
+	r := &reconciler{Options: Options{Path: kdv1alpha1.DevicePathObserved, Injection: noInjection{}}}
+	st := r.desiredStatus(snap, snap.Devices, current, nodeagent.CheckpointInfo{}, 1, t0)
+	if st.Path != kdv1alpha1.DevicePathObserved {
+		t.Errorf("path %q, want %q", st.Path, kdv1alpha1.DevicePathObserved)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, kdv1alpha1.NodeDeviceRuntimeInjectionReady); c != nil {
+		t.Errorf("observed status carries %+v", c)
+	}
+	if nodeDeviceStatusUpToDate(current, st) {
+		t.Error("dropping the condition is not a change")
+	}
+}
