@@ -17,6 +17,7 @@ limitations under the License.
 package agent
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,6 +34,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -326,6 +328,33 @@ var _ = Describe("The DRA kubelet plugin", func() {
 		resp, err = call().NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ns, Name: other.Name, Uid: string(other.UID)}}})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(resp.GetClaims()[string(other.UID)].GetError()).To(ContainSubstring(`device "gopher-1" is held by ResourceClaim ` + ns + "/one-gopher"))
+
+		By("the health service reports the devices' health, and a change at once")
+		conn, err := grpc.NewClient("unix://"+filepath.Join(n.dir, "plugins", dra.DriverName, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(conn.Close)
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		DeferCleanup(stopWatch)
+		stream, err := drahealth.NewDRAResourceHealthClient(conn).NodeWatchResources(watchCtx, &drahealth.NodeWatchResourcesRequest{})
+		Expect(err).NotTo(HaveOccurred())
+		healthOf := func(name string) (drahealth.HealthStatus, string) {
+			GinkgoHelper()
+			msg, err := stream.Recv()
+			Expect(err).NotTo(HaveOccurred())
+			for _, d := range msg.GetDevices() {
+				if d.GetDevice().GetPoolName() == string(gopher) && d.GetDevice().GetDeviceName() == name {
+					return d.GetHealth(), d.GetMessage()
+				}
+			}
+			return drahealth.HealthStatus_UNKNOWN, "not reported"
+		}
+		Expect(healthOf("gopher-1")).To(Equal(drahealth.HealthStatus_HEALTHY))
+		sick := gophers("gopher", 2)
+		sick[1] = dptest.Device("gopher-1", pluginapi.Unhealthy)
+		p.Update(sick)
+		Eventually(func() drahealth.HealthStatus { h, _ := healthOf("gopher-1"); return h }).Should(Equal(drahealth.HealthStatus_UNHEALTHY))
+		stopWatch()
+		p.Update(devs)
 
 		By("the agent restarts: prepare again answers from the checkpoint, unprepare frees")
 		n.restart()
