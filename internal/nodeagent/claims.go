@@ -394,28 +394,6 @@ func (m *Manager) Claim(uid string) (ClaimAllocation, bool) {
 	return m.claimAllocationLocked(key), true
 }
 
-// Claims returns every prepared claim, sorted by namespace, name and UID.
-func (m *Manager) Claims() []ClaimAllocation {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []ClaimAllocation
-	for key := range m.pods.Pods() {
-		if IsClaimKey(key) {
-			out = append(out, m.claimAllocationLocked(key))
-		}
-	}
-	slices.SortFunc(out, func(a, b ClaimAllocation) int {
-		if c := strings.Compare(a.Claim.Namespace, b.Claim.Namespace); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Claim.Name, b.Claim.Name); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Claim.UID, b.Claim.UID)
-	})
-	return out
-}
-
 // claimAllocationLocked builds the committed allocation of the claim under
 // key.
 func (m *Manager) claimAllocationLocked(key string) ClaimAllocation {
