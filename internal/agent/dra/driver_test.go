@@ -49,7 +49,7 @@ const (
 
 // node is a real core with real stub plugins over unix sockets, and the DRA driver over it.
 type node struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	dir     string
 	cdiDir  string
@@ -60,7 +60,7 @@ type node struct {
 	plugins []*dptest.Plugin
 }
 
-func newNode(t *testing.T, dir string) *node {
+func newNode(t testing.TB, dir string) *node {
 	t.Helper()
 	if dir == "" {
 		dir = dptest.ShortTempDir(t)
