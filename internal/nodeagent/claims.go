@@ -394,6 +394,20 @@ func (m *Manager) Claim(uid string) (ClaimAllocation, bool) {
 	return m.claimAllocationLocked(key), true
 }
 
+// ClaimNamed returns what the prepared claim namespace/name holds; false if
+// no claim of that name holds anything. It costs a walk of the pods' and
+// claims' names.
+func (m *Manager) ClaimNamed(namespace, name string) (ClaimAllocation, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, ref := range m.podRefs {
+		if IsClaimKey(key) && ref.Namespace == namespace && ref.Name == name && m.pods.HasPod(key) {
+			return m.claimAllocationLocked(key), true
+		}
+	}
+	return ClaimAllocation{}, false
+}
+
 // claimAllocationLocked builds the committed allocation of the claim under
 // key.
 func (m *Manager) claimAllocationLocked(key string) ClaimAllocation {

@@ -36,6 +36,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -304,6 +305,21 @@ var _ = Describe("The DRA kubelet plugin", func() {
 		spec := filepath.Join(n.dir, "cdi", "kubedevice.io-device_"+string(claim.UID)+".json")
 		Expect(spec).To(BeAnExistingFile())
 		Expect(os.ReadFile(spec)).To(ContainSubstring("gopher-1"))
+
+		By("the pod using the claim gets a DeviceAllocation naming its gopher once it runs")
+		w := testutil.MakePod("claimant", ns).Node(n.name)
+		pod := w.Obj()
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gopher", ResourceClaimName: ptr.To(claim.Name)}}
+		pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gopher"}}
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		pod.Status.Phase = corev1.PodRunning
+		Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			da := allocated(pod)
+			g.Expect(da.Status.Summary).To(Equal(string(gopher) + "=gopher-1"))
+			g.Expect(da.Status.Containers).To(HaveLen(1))
+			g.Expect(da.Status.Containers[0].Name).To(Equal(pod.Spec.Containers[0].Name))
+		}).Should(Succeed())
 
 		By("the NodeDevice shows the claim holding the device; a second claim cannot have it")
 		Eventually(func() (string, error) {
