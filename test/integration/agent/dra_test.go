@@ -212,6 +212,19 @@ var _ = Describe("The DRA flow", func() {
 		}).Should(Succeed())
 	})
 
+	It("removes its node's slices when it restarts serving nothing through DRA", func() {
+		n := newNodeAgent(0, withDRA(string(gopher)))
+		p := n.plugin(gopher, gophers("g", 2))
+		n.register(p)
+		Eventually(deviceOf(n.name, string(gopher), "g-1")).ShouldNot(BeNil())
+		n.options = nil
+		n.restart()
+		Eventually(func() (int, error) {
+			all, err := slicesOf(n.name)()
+			return len(all), err
+		}).Should(BeZero())
+	})
+
 	It("publishes nothing for resources served through node capacity", func() {
 		n := newNodeAgent(0, withDRA("other.example.com/*"))
 		p := n.plugin(gopher, gophers("g", 2))
