@@ -91,6 +91,10 @@ const (
 	// DeviceReasonAwaitingPluginRegistration: the device was restored from the checkpoint and its
 	// plugin has not registered again yet.
 	DeviceReasonAwaitingPluginRegistration = "AwaitingPluginRegistration"
+	// DeviceReasonKubeletNotAllocatable: on an observed node (status.path Observed), the kubelet
+	// knows the device but does not list it as allocatable: its plugin reports it unhealthy, or
+	// the plugin is gone. The kubelet does not say which, nor why.
+	DeviceReasonKubeletNotAllocatable = "KubeletNotAllocatable"
 )
 
 // DeviceAllocation condition types.

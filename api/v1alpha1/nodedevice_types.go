@@ -53,7 +53,8 @@ type NodeDeviceSpec struct {
 	// cordons lists devices an administrator has taken out of service: a cordoned device stays
 	// visible but is never allocated and not counted as allocatable. The node agent honours the
 	// cordons of every shard of the resource, so a cordon keeps working when a device moves to
-	// another shard.
+	// another shard. None can be added while status.path is Observed (the kubelet allocates the
+	// devices; nothing could enforce a cordon).
 	// +optional
 	// +listType=map
 	// +listMapKey=deviceID
@@ -307,6 +308,7 @@ type NodeDeviceStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=nd,categories=devices
+// +kubebuilder:validation:XValidation:rule="!has(self.status) || !has(self.status.path) || self.status.path != 'Observed' || !has(self.spec.cordons) || self.spec.cordons.all(c, has(oldSelf.spec.cordons) && oldSelf.spec.cordons.exists(o, o.deviceID == c.deviceID))",message="spec.cordons cannot be added to an Observed NodeDevice: the kubelet manages the resource's device plugin and nothing on the node could keep a cordoned device from being allocated (cordons can be removed)"
 // +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 // +kubebuilder:selectablefield:JSONPath=`.spec.resourceName`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`

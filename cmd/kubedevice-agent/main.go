@@ -43,11 +43,13 @@ import (
 	"github.com/kubedevice/kubedevice/internal/agent"
 	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
+	"github.com/kubedevice/kubedevice/internal/agent/observe"
 	"github.com/kubedevice/kubedevice/internal/allocpolicy"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/metricsserving"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
 )
 
@@ -97,9 +99,11 @@ func run() error {
 	}
 	restCfg.QPS, restCfg.Burst = clientQPS, clientBurst
 
-	dm, err := nodeagent.New(s.core)
-	if err != nil {
-		return err
+	var dm *nodeagent.Manager
+	if s.opts.Mode != agent.ModeObserve {
+		if dm, err = nodeagent.New(s.core); err != nil {
+			return err
+		}
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -125,7 +129,7 @@ func run() error {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 
-	logger.WithName("setup").Info("Starting the agent", "node", s.opts.NodeName, "namespace", s.opts.Namespace,
+	logger.WithName("setup").Info("Starting the agent", "mode", s.opts.Mode, "node", s.opts.NodeName, "namespace", s.opts.Namespace,
 		"pluginDir", s.core.PluginDir, "pluginsRegistryDir", s.core.PluginsRegistryDir,
 		"topologyPolicy", s.core.TopologyPolicy, "topologyScope", s.core.TopologyScope,
 		"topologyPolicyOptions", s.core.TopologyPolicyOptions,
@@ -146,7 +150,7 @@ func parseFlags() (*settings, error) {
 	s := &settings{core: nodeagent.DefaultConfig()}
 	s.core.Registerer = metrics.Registry
 	s.opts.PodResources.Registerer = metrics.Registry
-	var topologyPolicy, topologyScope, injection, allocatePolicy string
+	var topologyPolicy, topologyScope, injection, allocatePolicy, mode, observeResources string
 	var topologyPolicyOptions, draResources []string
 	s.opts.DRA = dra.Options{
 		KubeletPluginsDir: dra.DefaultKubeletPluginsDir, KubeletRegistryDir: dra.DefaultKubeletRegistryDir, CDIDir: dra.DefaultCDIDir,
@@ -156,6 +160,14 @@ func parseFlags() (*settings, error) {
 		"Name of the node the agent runs on (required); defaults to $NODE_NAME, set from the pod's spec.nodeName by the DaemonSet.")
 	flag.StringVar(&s.opts.Namespace, "namespace", namespace,
 		"Namespace of the agent's Lease (kubedevice-agent-<node>); defaults to $POD_NAMESPACE, else "+agent.DefaultNamespace+".")
+	flag.StringVar(&mode, "mode", string(agent.ModeManage),
+		"What the agent does: "+joinValues(agent.Modes)+". manage: it is the device manager of the plugins that register with it. observe: the kubelet manages its own device plugins; the agent registers, allocates and injects nothing and mirrors, read-only, the kubelet's PodResources API and device manager checkpoint into NodeDevices (status.path Observed) and DeviceAllocations. The flags of manage mode are ignored in observe mode.")
+	flag.StringVar(&observeResources, "observe-resources", "",
+		"Observe mode: comma-separated resources to observe (e.g. nvidia.com/gpu,example.com/gopher); empty observes every device plugin resource the kubelet knows.")
+	flag.StringVar(&s.opts.Observe.PodResourcesSocket, "kubelet-pod-resources-socket", observe.DefaultPodResourcesSocket,
+		"Observe mode: the kubelet's PodResources API socket.")
+	flag.StringVar(&s.opts.Observe.CheckpointPath, "kubelet-checkpoint", observe.DefaultCheckpointPath,
+		"Observe mode: the kubelet's device manager checkpoint, read for the resources the kubelet knows and the devices it knew healthy, and the plugins' Allocate responses.")
 	flag.StringVar(&s.core.PluginDir, "plugin-dir", s.core.PluginDir,
 		"Directory of the registration socket (kubelet.sock) and the device plugins' sockets. Never the kubelet's own directory, which deletes foreign sockets.")
 	flag.StringVar(&s.core.StateDir, "state-dir", s.core.StateDir,
@@ -209,6 +221,18 @@ func parseFlags() (*settings, error) {
 	}
 
 	var err error
+	if s.opts.Mode, err = agent.ParseMode(mode); err != nil {
+		return nil, fmt.Errorf("--mode: %w", err)
+	}
+	for _, r := range strings.Split(observeResources, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		if !registration.IsExtendedResourceName(r) {
+			return nil, fmt.Errorf("--observe-resources: %q is not an extended resource name (domain/name, outside kubernetes.io)", r)
+		}
+		s.opts.Observe.Resources = append(s.opts.Observe.Resources, r)
+	}
 	if s.core.TopologyPolicy, err = topology.ParsePolicy(topologyPolicy); err != nil {
 		return nil, fmt.Errorf("--topology-policy: %w", err)
 	}

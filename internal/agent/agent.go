@@ -23,11 +23,14 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+
 	"github.com/kubedevice/kubedevice/internal/agent/allocation"
 	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/agent/injection"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/agent/mirror"
+	"github.com/kubedevice/kubedevice/internal/agent/observe"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
 )
@@ -39,8 +42,9 @@ var errNotReady = errors.New("the device manager has not started yet")
 // Agent runs the device manager core for one node and mirrors it into the cluster. Setup creates
 // it; the manager runs it.
 type Agent struct {
-	core Core
-	gate *kube.Gate
+	// check is the readiness check past the gate: the core's, or the observer's.
+	check func() error
+	gate  *kube.Gate
 }
 
 // Setup adds the agent to mgr: the start-up runnable that restores the core's checkpoint and
@@ -49,13 +53,17 @@ type Agent struct {
 // socket path is empty), the pod controller that allocates and frees devices and mirrors
 // DeviceAllocations, the NodeDevice mirror, and the Lease. The manager's cache must be built with
 // CacheOptions(opts.NodeName), and the field indexes of package indexer registered on it
-// (indexer.Setup). The agent starts and stops dm; it must not have been started.
+// (indexer.Setup). The agent starts and stops dm; it must not have been started. In observe mode
+// (ModeObserve) the agent is set up by setupObserve instead and dm is not used (it may be nil).
 func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error) {
 	opts, err := opts.complete()
 	if err != nil {
 		return nil, fmt.Errorf("setting up the agent: %w", err)
 	}
 	gate := kube.NewGate()
+	if opts.Mode == ModeObserve {
+		return setupObserve(mgr, gate, opts)
+	}
 	recorder := mgr.GetEventRecorder(FieldOwner)
 
 	injectionOpts := injection.Options{NodeName: opts.NodeName, Core: dm, Gate: gate, Recorder: recorder}
@@ -83,7 +91,7 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 	}
 	if err := mirror.Setup(mgr, mirror.Options{
 		NodeName: opts.NodeName, WriteInterval: opts.WriteInterval, WriteSettle: opts.WriteSettle,
-		Core: dm, Cordons: dm, Injection: inj, Gate: gate, Clock: opts.Clock,
+		Core: dm, Cordons: dm, Injection: inj, Gate: gate, Clock: opts.Clock, Path: kdv1alpha1.DevicePathNodeCapacity,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up the NodeDevice mirror: %w", err)
 	}
@@ -99,7 +107,30 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 	if err := mgr.Add(&leaseRenewer{opts: opts, gate: gate, client: mgr.GetClient(), apiReader: mgr.GetAPIReader()}); err != nil {
 		return nil, fmt.Errorf("adding the agent's Lease: %w", err)
 	}
-	return &Agent{core: dm, gate: gate}, nil
+	return &Agent{check: dm.Check, gate: gate}, nil
+}
+
+// setupObserve adds the agent of observe mode to mgr: the observer of the kubelet and its
+// DeviceAllocations (package observe), the NodeDevice mirror reading the observer (status.path
+// Observed; no cordons, no runtime injection), and the Lease. Nothing is registered, allocated,
+// injected or served on the node.
+func setupObserve(mgr ctrl.Manager, gate *kube.Gate, opts Options) (*Agent, error) {
+	obsOpts := opts.Observe
+	obsOpts.NodeName, obsOpts.Gate, obsOpts.Clock = opts.NodeName, gate, opts.Clock
+	obs, err := observe.Setup(mgr, obsOpts)
+	if err != nil {
+		return nil, err
+	}
+	if err := mirror.Setup(mgr, mirror.Options{
+		NodeName: opts.NodeName, WriteInterval: opts.WriteInterval, WriteSettle: opts.WriteSettle,
+		Core: obs, Gate: gate, Clock: opts.Clock, Path: kdv1alpha1.DevicePathObserved,
+	}); err != nil {
+		return nil, fmt.Errorf("setting up the NodeDevice mirror: %w", err)
+	}
+	if err := mgr.Add(&leaseRenewer{opts: opts, gate: gate, client: mgr.GetClient(), apiReader: mgr.GetAPIReader()}); err != nil {
+		return nil, fmt.Errorf("adding the agent's Lease: %w", err)
+	}
+	return &Agent{check: obs.Check, gate: gate}, nil
 }
 
 // ReadyCheck is a readiness check (healthz.Checker): ready once the device manager has started
@@ -108,7 +139,7 @@ func (a *Agent) ReadyCheck(*http.Request) error {
 	if !a.gate.IsOpen() {
 		return errNotReady
 	}
-	return a.core.Check()
+	return a.check()
 }
 
 // setupPodResources adds the PodResources API server to mgr unless its socket path is empty. It

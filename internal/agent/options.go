@@ -33,6 +33,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/agent/injection"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/agent/observe"
 	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
@@ -94,8 +95,41 @@ func ParseRuntimeInjection(s string) (RuntimeInjection, error) {
 	return "", fmt.Errorf("unknown runtime injection %q, want one of %q", s, RuntimeInjections)
 }
 
+// Mode is what the agent does on its node.
+type Mode string
+
+const (
+	// ModeManage: the agent is the device manager of the plugins that register with it. The
+	// default.
+	ModeManage Mode = "manage"
+	// ModeObserve: the kubelet manages its device plugins; the agent registers nothing, allocates
+	// nothing and injects nothing, and mirrors, read-only, what the kubelet reports (package
+	// observe) into NodeDevices (status.path Observed) and DeviceAllocations.
+	ModeObserve Mode = "observe"
+)
+
+// Modes lists the valid values of --mode.
+var Modes = []Mode{ModeManage, ModeObserve}
+
+// ParseMode parses a value of --mode.
+func ParseMode(s string) (Mode, error) {
+	for _, v := range Modes {
+		if string(v) == s {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("unknown mode %q, want one of %q", s, Modes)
+}
+
 // Options configure the agent.
 type Options struct {
+	// Mode is what the agent does; empty means ModeManage.
+	Mode Mode
+
+	// Observe configures observe mode (ModeObserve); its node name, gate and clock are the
+	// agent's.
+	Observe observe.Options
+
 	// NodeName is the node the agent runs on. Required.
 	NodeName string
 
@@ -161,6 +195,9 @@ func (o Options) complete() (Options, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.Mode == "" {
+		o.Mode = ModeManage
 	}
 	switch o.RuntimeInjection {
 	case "":

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +118,10 @@ type Result struct {
 
 	// DeviceAllocations is the number of DeviceAllocations deleted.
 	DeviceAllocations int
+
+	// DeviceClasses is the number of kubedevice's DeviceClasses deleted, ResourceSlices the
+	// number of ResourceSlices of its DRA driver deleted.
+	DeviceClasses, ResourceSlices int
 }
 
 // String is the one-line summary `kubedevice cleanup` prints.
@@ -125,15 +130,19 @@ func (r Result) String() string {
 	for _, names := range r.Nodes {
 		resources += len(names)
 	}
-	return fmt.Sprintf("Removed %s from %s, deleted %s (%s removed) and %s; the controller: %s.",
+	return fmt.Sprintf("Removed %s from %s, deleted %s (%s removed), %s, %s and %s; the controller: %s.",
 		plural(resources, "kubedevice resource"), plural(len(r.Nodes), "node"),
 		plural(r.NodeDevices, "NodeDevice"), plural(r.FinalizersRemoved, "finalizer"),
-		plural(r.DeviceAllocations, "DeviceAllocation"), r.Controller)
+		plural(r.DeviceAllocations, "DeviceAllocation"), plural(r.DeviceClasses, "DeviceClass"),
+		plural(r.ResourceSlices, "ResourceSlice"), r.Controller)
 }
 
 func plural(n int, noun string) string {
 	if n == 1 {
 		return fmt.Sprintf("1 %s", noun)
+	}
+	if strings.HasSuffix(noun, "s") {
+		return fmt.Sprintf("%d %ses", n, noun)
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
@@ -160,8 +169,67 @@ func Run(ctx context.Context, c client.Client, opts Options) (Result, error) {
 	if res.DeviceAllocations, err = deleteDeviceAllocations(ctx, c); err != nil {
 		return res, err
 	}
-	res.NodeDevices, res.FinalizersRemoved, err = deleteNodeDevices(ctx, c, nds.Items)
+	if res.NodeDevices, res.FinalizersRemoved, err = deleteNodeDevices(ctx, c, nds.Items); err != nil {
+		return res, err
+	}
+	if res.DeviceClasses, err = deleteDeviceClasses(ctx, c); err != nil {
+		return res, err
+	}
+	res.ResourceSlices, err = deleteResourceSlices(ctx, c)
 	return res, err
+}
+
+// deleteDeviceClasses deletes the DeviceClasses kubedevice's controller keeps (labelled
+// app.kubernetes.io/managed-by=kubedevice) and returns how many it deleted. Claims already
+// allocated keep their devices: an allocation does not need its class any more.
+func deleteDeviceClasses(ctx context.Context, c client.Client) (int, error) {
+	classes := &resourcev1.DeviceClassList{}
+	if err := c.List(ctx, classes, client.MatchingLabels{contract.ManagedByLabel: contract.ManagedByValue}); err != nil {
+		return 0, fmt.Errorf("listing kubedevice's DeviceClasses: %w", err)
+	}
+	deleted := 0
+	for i := range classes.Items {
+		dc := &classes.Items[i]
+		err := c.Delete(ctx, dc, client.Preconditions{UID: &dc.UID})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return deleted, fmt.Errorf("deleting DeviceClass %s: %w", dc.Name, err)
+		}
+		deleted++
+		ctrl.LoggerFrom(ctx).Info("Deleted a DeviceClass", "deviceClass", dc.Name)
+	}
+	return deleted, nil
+}
+
+// deleteResourceSlices deletes the ResourceSlices of kubedevice's DRA driver that its agents left
+// (an agent that is stopped leaves its slices for the next one to take over) and returns how many
+// it deleted.
+func deleteResourceSlices(ctx context.Context, c client.Client) (int, error) {
+	list := &resourcev1.ResourceSliceList{}
+	if err := c.List(ctx, list, client.MatchingFields{resourcev1.ResourceSliceSelectorDriver: contract.DRADriverName}); err != nil {
+		return 0, fmt.Errorf("listing the ResourceSlices of driver %s: %w", contract.DRADriverName, err)
+	}
+	deleted := 0
+	for i := range list.Items {
+		rs := &list.Items[i]
+		if rs.Spec.Driver != contract.DRADriverName {
+			continue
+		}
+		err := c.Delete(ctx, rs, client.Preconditions{UID: &rs.UID})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return deleted, fmt.Errorf("deleting ResourceSlice %s: %w", rs.Name, err)
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		ctrl.LoggerFrom(ctx).Info("Deleted the ResourceSlices of kubedevice's DRA driver", "count", deleted)
+	}
+	return deleted, nil
 }
 
 // listInstalled lists every object of a kubedevice.io kind into list, which stays empty when the
@@ -178,10 +246,14 @@ func listInstalled(ctx context.Context, c client.Reader, list client.ObjectList,
 	return nil
 }
 
-// resourcesByNode returns the resource names of the NodeDevices, per node.
+// resourcesByNode returns the resource names of the NodeDevices, per node, but those of Observed
+// NodeDevices: the kubelet publishes them (observe mode), and they stay the kubelet's.
 func resourcesByNode(nds []kdv1alpha1.NodeDevice) map[string][]corev1.ResourceName {
 	out := map[string][]corev1.ResourceName{}
 	for i := range nds {
+		if nds[i].Status.EffectivePath() == kdv1alpha1.DevicePathObserved {
+			continue
+		}
 		name := corev1.ResourceName(nds[i].Spec.ResourceName)
 		if !slices.Contains(out[nds[i].Spec.NodeName], name) {
 			out[nds[i].Spec.NodeName] = append(out[nds[i].Spec.NodeName], name)

@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
@@ -161,8 +162,28 @@ func TestResultString(t *testing.T) {
 		NodeDevices:       3,
 		FinalizersRemoved: 1,
 	}
-	want := "Removed 2 kubedevice resources from 1 node, deleted 3 NodeDevices (1 finalizer removed) and 0 DeviceAllocations; the controller: Lease released."
+	want := "Removed 2 kubedevice resources from 1 node, deleted 3 NodeDevices (1 finalizer removed), 0 DeviceAllocations, 0 DeviceClasses and 0 ResourceSlices; the controller: Lease released."
 	if got := r.String(); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+// An Observed NodeDevice's resource is the kubelet's (observe mode): cleanup never removes it from
+// the Node; a managed one's is kubedevice's.
+func TestResourcesByNodeLeavesObservedToTheKubelet(t *testing.T) {
+	nd := func(node, resource string, path kdv1alpha1.DevicePath) kdv1alpha1.NodeDevice {
+		return kdv1alpha1.NodeDevice{
+			Spec:   kdv1alpha1.NodeDeviceSpec{NodeName: node, ResourceName: resource},
+			Status: kdv1alpha1.NodeDeviceStatus{Path: path},
+		}
+	}
+	got := resourcesByNode([]kdv1alpha1.NodeDevice{
+		nd("n1", "example.com/gopher", ""),
+		nd("n1", "example.com/managed", kdv1alpha1.DevicePathNodeCapacity),
+		nd("n2", "example.com/gopher", kdv1alpha1.DevicePathObserved),
+	})
+	want := map[string][]corev1.ResourceName{"n1": {"example.com/gopher", "example.com/managed"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("resourcesByNode (-want +got):\n%s", diff)
 	}
 }

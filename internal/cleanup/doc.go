@@ -17,7 +17,8 @@ limitations under the License.
 // Package cleanup removes what kubedevice leaves in a cluster once its agents and controller are
 // gone: the extended resources the controller published in the Nodes' status.capacity and
 // status.allocatable, the NodeDevices (held by the controller's kubedevice.io/node-capacity
-// finalizer, which nothing would remove any more) and the DeviceAllocations. It is `kubedevice
+// finalizer, which nothing would remove any more), the DeviceAllocations, and for DRA the
+// DeviceClasses the controller kept and the ResourceSlices of the kubedevice.io driver. It is `kubedevice
 // cleanup`, which the Helm chart runs as a post-delete hook.
 //
 // Run first waits until no controller runs: a controller that still holds its leader election
@@ -39,5 +40,7 @@ limitations under the License.
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices,verbs=get;list;patch;delete
 // +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations,verbs=list;delete
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=deviceclasses,verbs=list;delete
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=list;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get,resourceNames=kubedevice-controller.kubedevice.io,namespace=kubedevice-system
 package cleanup

@@ -79,3 +79,28 @@ func StripNode(in any) (any, error) {
 	}
 	return in, nil
 }
+
+// The DRA driver the agent is for the resources it serves through DRA, and the device attributes
+// it publishes in ResourceSlices: the controller's DeviceClasses select devices by them.
+const (
+	// DRADriverName is the driver name in kubedevice's ResourceSlices and ResourceClaim results.
+	DRADriverName = "kubedevice.io"
+
+	// DRAAttributeResourceName is the device attribute (in the driver's domain, so
+	// kubedevice.io/resourceName) holding the device plugin's resource name.
+	DRAAttributeResourceName = "resourceName"
+
+	// DRAAttributeDeviceID is the device attribute (kubedevice.io/deviceID) holding the device ID
+	// exactly as the device plugin names it.
+	DRAAttributeDeviceID = "deviceID"
+)
+
+// ManagedByLabel and ManagedByValue mark the cluster-scoped objects kubedevice's controller
+// creates and owns outside its own API group (DeviceClasses); cleanup deletes what carries them.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "kubedevice"
+)
+
+// DeviceClassResourceAnnotation on a DeviceClass kubedevice manages names the resource it serves.
+const DeviceClassResourceAnnotation = "kubedevice.io/resource-name"

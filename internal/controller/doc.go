@@ -27,6 +27,13 @@ limitations under the License.
 //   - deviceallocation (per DeviceAllocation): deletes allocations whose pod and agent are both
 //     gone, and marks live allocations holding the same device with a Conflict condition and a
 //     Warning event.
+//   - deviceclass (per resource name): keeps one DeviceClass per extended resource that some node
+//     serves through DRA (a NodeDevice with status.path DRA) — selecting kubedevice's devices of
+//     the resource, with extendedResourceName set so plain resources.limits requests are served —
+//     and deletes it once no node does. An administrator's own DeviceClass for the resource wins.
+//
+// Node capacity is published only for the node-capacity path: a resource a node serves through
+// DRA is withdrawn from that Node, and an observed one (the kubelet manages it) is never written.
 //
 // Lease expiry is judged by an injected clock, and the reconcilers come back at the expiry
 // (RequeueAfter on that clock) instead of polling.
@@ -41,6 +48,7 @@ limitations under the License.
 // +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices/status,verbs=patch
 // +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations/status,verbs=patch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=deviceclasses,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch

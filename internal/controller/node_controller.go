@@ -251,7 +251,7 @@ func nodeCapacityChanged() predicate.Predicate {
 
 // nodeDeviceCountChanged passes NodeDevice events that can change what the node publishes:
 // creation, deletion, the start of a deletion, the node-capacity finalizer going on (from then on
-// the NodeDevice counts), and a changed allocatable or allocated count.
+// the NodeDevice counts), a changed allocatable or allocated count, and a changed path.
 func nodeDeviceCountChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		oldND, okOld := e.ObjectOld.(*kdv1alpha1.NodeDevice)
@@ -261,6 +261,7 @@ func nodeDeviceCountChanged() predicate.Predicate {
 		}
 		return oldND.Status.Allocatable != newND.Status.Allocatable || oldND.Status.Allocated != newND.Status.Allocated ||
 			reported(oldND) != reported(newND) ||
+			oldND.Status.EffectivePath() != newND.Status.EffectivePath() ||
 			oldND.DeletionTimestamp.IsZero() != newND.DeletionTimestamp.IsZero() ||
 			controllerutil.ContainsFinalizer(oldND, NodeCapacityFinalizer) != controllerutil.ContainsFinalizer(newND, NodeCapacityFinalizer)
 	}}

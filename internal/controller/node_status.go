@@ -29,6 +29,13 @@ import (
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 )
 
+// capacityPlan is what the node should publish of kubedevice's resources: publish sets a count
+// in status.capacity and status.allocatable, withdraw removes the resource from both.
+type capacityPlan struct {
+	publish  map[corev1.ResourceName]int64
+	withdraw []corev1.ResourceName
+}
+
 // desiredCapacity returns the count to publish for every kubedevice resource of a node, from its
 // NodeDevices (all shards, terminating ones included): per shard that is not terminating, while
 // the agent is ready, its allocatable devices, or the devices pods hold when that is more (a
@@ -46,14 +53,34 @@ import (
 // new resource as 0 and then, within a second, as its count. A resource whose only NodeDevices are terminating is included
 // (at zero) only when the node still publishes it, so a resource that never reached the node is
 // not added just to be zeroed.
-func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agentReady bool) map[corev1.ResourceName]int64 {
+//
+// Only the node-capacity path publishes. A resource whose live shards all say it is served
+// through DRA is withdrawn from the node when the node publishes it: the scheduler serves a
+// DeviceClass's extendedResourceName through DRA only on nodes whose allocatable for it is not
+// above zero (noderesources' shouldDelegateResourceToDRA), and a resource the node does not name
+// at all says so plainly, where a zero would read as "no devices". A resource with a live shard the
+// kubelet manages (observed) is never written: its capacity is the kubelet's. While a resource's
+// live shards disagree on the path (the agent rewrites them one by one when it switches), the
+// node keeps what it publishes.
+func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agentReady bool) capacityPlan {
 	desired := map[corev1.ResourceName]int64{}
 	terminating := map[corev1.ResourceName]bool{}
 	incomplete := map[corev1.ResourceName]bool{}
+	dra := map[corev1.ResourceName]bool{}
+	observed := map[corev1.ResourceName]bool{}
 	for i := range nds {
 		name := corev1.ResourceName(nds[i].Spec.ResourceName)
+		if nds[i].Status.EffectivePath() == kdv1alpha1.DevicePathObserved {
+			observed[name] = true
+			continue
+		}
 		if !nds[i].DeletionTimestamp.IsZero() {
 			terminating[name] = true
+			continue
+		}
+		switch nds[i].Status.EffectivePath() {
+		case kdv1alpha1.DevicePathDRA:
+			dra[name] = true
 			continue
 		}
 		if !controllerutil.ContainsFinalizer(&nds[i], NodeCapacityFinalizer) || !reported(&nds[i]) {
@@ -65,6 +92,18 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 			n = int64(max(nds[i].Status.Allocatable, nds[i].Status.Allocated))
 		}
 		desired[name] += n
+	}
+	plan := capacityPlan{publish: desired}
+	for name := range dra {
+		_, capacityPath := desired[name]
+		if !capacityPath && !incomplete[name] && !observed[name] && !publishesNothing(status, name) {
+			plan.withdraw = append(plan.withdraw, name)
+		}
+		incomplete[name] = true
+	}
+	slices.Sort(plan.withdraw)
+	for name := range observed {
+		incomplete[name] = true
 	}
 	for name := range incomplete {
 		delete(desired, name)
@@ -79,23 +118,32 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 			desired[name] = 0
 		}
 	}
-	return desired
+	return plan
 }
 
 // capacityPatch returns the JSON merge patch of the nodes/status subresource that sets each
-// desired resource in status.capacity and status.allocatable, naming only the keys whose value
-// differs, or nil when the node already publishes every desired value. Other resources are never
-// named, so the kubelet's and other extenders' keys are left alone.
-func capacityPatch(status corev1.NodeStatus, desired map[corev1.ResourceName]int64) ([]byte, error) {
-	capacity := map[corev1.ResourceName]string{}
-	allocatable := map[corev1.ResourceName]string{}
-	for _, name := range slices.Sorted(maps.Keys(desired)) {
-		want := resource.NewQuantity(desired[name], resource.DecimalSI)
+// resource the plan publishes in status.capacity and status.allocatable, naming only the keys
+// whose value differs, and removes each resource it withdraws (a null value), or nil when the
+// node already publishes what the plan says. Other resources are never named, so the kubelet's
+// and other extenders' keys are left alone.
+func capacityPatch(status corev1.NodeStatus, plan capacityPlan) ([]byte, error) {
+	capacity := map[corev1.ResourceName]any{}
+	allocatable := map[corev1.ResourceName]any{}
+	for _, name := range slices.Sorted(maps.Keys(plan.publish)) {
+		want := resource.NewQuantity(plan.publish[name], resource.DecimalSI)
 		if got, ok := status.Capacity[name]; !ok || got.Cmp(*want) != 0 {
 			capacity[name] = want.String()
 		}
 		if got, ok := status.Allocatable[name]; !ok || got.Cmp(*want) != 0 {
 			allocatable[name] = want.String()
+		}
+	}
+	for _, name := range plan.withdraw {
+		if _, ok := status.Capacity[name]; ok {
+			capacity[name] = nil
+		}
+		if _, ok := status.Allocatable[name]; ok {
+			allocatable[name] = nil
 		}
 	}
 	if len(capacity) == 0 && len(allocatable) == 0 {
@@ -115,11 +163,24 @@ func capacityPatch(status corev1.NodeStatus, desired map[corev1.ResourceName]int
 	return patch, nil
 }
 
+// publishesNothing reports whether the node names the resource in neither status.capacity nor
+// status.allocatable.
+func publishesNothing(status corev1.NodeStatus, name corev1.ResourceName) bool {
+	_, inCapacity := status.Capacity[name]
+	_, inAllocatable := status.Allocatable[name]
+	return !inCapacity && !inAllocatable
+}
+
 // needsZeroing reports whether a terminating NodeDevice is the last of its resource on the node
 // that holds the node-capacity finalizer, so its finalizer may go only once the node publishes
 // the resource as zero. A live shard without the finalizer does not take over: it could vanish
 // before it counts, and leave the resource published.
+//
+// A shard the kubelet manages (observed) never needs it: its resource's capacity is the kubelet's.
 func needsZeroing(nd *kdv1alpha1.NodeDevice, nds []kdv1alpha1.NodeDevice) bool {
+	if nd.Status.EffectivePath() == kdv1alpha1.DevicePathObserved {
+		return false
+	}
 	for i := range nds {
 		if nds[i].Spec.ResourceName == nd.Spec.ResourceName && nds[i].DeletionTimestamp.IsZero() &&
 			controllerutil.ContainsFinalizer(&nds[i], NodeCapacityFinalizer) {

@@ -43,6 +43,12 @@ func nd(name, resourceName string, allocatable int32, deleting bool, finalizers 
 	return o
 }
 
+// withPath returns o with its status path set.
+func withPath(o kdv1alpha1.NodeDevice, path kdv1alpha1.DevicePath) kdv1alpha1.NodeDevice {
+	o.Status.Path = path
+	return o
+}
+
 func nodeStatus(kv ...string) corev1.NodeStatus {
 	s := corev1.NodeStatus{Capacity: corev1.ResourceList{}, Allocatable: corev1.ResourceList{}}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -58,6 +64,7 @@ func TestDesiredCapacity(t *testing.T) {
 		nds        []kdv1alpha1.NodeDevice
 		agentReady bool
 		want       map[corev1.ResourceName]int64
+		withdraw   []corev1.ResourceName
 	}{
 		"one NodeDevice": {
 			nds: []kdv1alpha1.NodeDevice{nd("a", gopher, 4, false, NodeCapacityFinalizer)}, agentReady: true,
@@ -130,12 +137,67 @@ func TestDesiredCapacity(t *testing.T) {
 			nds:    []kdv1alpha1.NodeDevice{nd("a", gopher, 4, true)}, agentReady: true,
 			want: map[corev1.ResourceName]int64{},
 		},
+		"a resource served through DRA is withdrawn from the node, others kept": {
+			status: nodeStatus(gopher, "4", "example.com/other", "1"),
+			nds: []kdv1alpha1.NodeDevice{
+				withPath(nd("a-0", gopher, 4, false, NodeCapacityFinalizer), kdv1alpha1.DevicePathDRA),
+				withPath(nd("a-1", gopher, 4, false, NodeCapacityFinalizer), kdv1alpha1.DevicePathDRA),
+				nd("b", "example.com/other", 2, false, NodeCapacityFinalizer),
+			},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{"example.com/other": 2},
+			withdraw:   []corev1.ResourceName{gopher},
+		},
+		"a resource served through DRA that the node does not publish: nothing to do": {
+			status:     nodeStatus("cpu", "4"),
+			nds:        []kdv1alpha1.NodeDevice{withPath(nd("a", gopher, 4, false, NodeCapacityFinalizer), kdv1alpha1.DevicePathDRA)},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{},
+		},
+		"a DRA resource is withdrawn even when the agent is not ready": {
+			status: nodeStatus(gopher, "4"),
+			nds:    []kdv1alpha1.NodeDevice{withPath(nd("a", gopher, 4, false, NodeCapacityFinalizer), kdv1alpha1.DevicePathDRA)},
+			want:   map[corev1.ResourceName]int64{}, withdraw: []corev1.ResourceName{gopher},
+		},
+		"shards disagreeing on the path (a switch under way): the node keeps what it publishes": {
+			status: nodeStatus(gopher, "8"),
+			nds: []kdv1alpha1.NodeDevice{
+				withPath(nd("a-0", gopher, 4, false, NodeCapacityFinalizer), kdv1alpha1.DevicePathDRA),
+				nd("a-1", gopher, 4, false, NodeCapacityFinalizer),
+			},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{},
+		},
+		"an observed resource is never written, not even zeroed when its shard goes": {
+			status: nodeStatus(gopher, "4"),
+			nds: []kdv1alpha1.NodeDevice{
+				withPath(nd("a-0", gopher, 4, false), kdv1alpha1.DevicePathObserved),
+				withPath(nd("a-1", gopher, 0, true), kdv1alpha1.DevicePathObserved),
+			},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{},
+		},
+		"an observed resource's last shard terminating: the kubelet's count is not zeroed": {
+			status:     nodeStatus(gopher, "4"),
+			nds:        []kdv1alpha1.NodeDevice{withPath(nd("a", gopher, 4, true, NodeCapacityFinalizer), kdv1alpha1.DevicePathObserved)},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{},
+		},
+		"a DRA resource whose last shard is terminating and that the node still publishes is zeroed": {
+			status:     nodeStatus(gopher, "4"),
+			nds:        []kdv1alpha1.NodeDevice{withPath(nd("a", gopher, 4, true, NodeCapacityFinalizer), kdv1alpha1.DevicePathDRA)},
+			agentReady: true,
+			want:       map[corev1.ResourceName]int64{gopher: 0},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got := desiredCapacity(tc.status, tc.nds, tc.agentReady)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("desiredCapacity (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tc.want, got.publish); diff != "" {
+				t.Errorf("desiredCapacity publishes (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.withdraw, got.withdraw); diff != "" {
+				t.Errorf("desiredCapacity withdraws (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -143,9 +205,10 @@ func TestDesiredCapacity(t *testing.T) {
 
 func TestCapacityPatch(t *testing.T) {
 	cases := map[string]struct {
-		status  corev1.NodeStatus
-		desired map[corev1.ResourceName]int64
-		want    string
+		status   corev1.NodeStatus
+		desired  map[corev1.ResourceName]int64
+		withdraw []corev1.ResourceName
+		want     string
 	}{
 		"nothing desired": {status: nodeStatus("cpu", "4"), desired: map[corev1.ResourceName]int64{}},
 		"already published": {
@@ -174,6 +237,23 @@ func TestCapacityPatch(t *testing.T) {
 			desired: map[corev1.ResourceName]int64{gopher: 4},
 			want:    `{"status":{"allocatable":{"example.com/gopher":"4"}}}`,
 		},
+		"a withdrawn resource is removed from both maps": {
+			status:   nodeStatus(gopher, "4", "example.com/other", "1"),
+			withdraw: []corev1.ResourceName{gopher},
+			want:     `{"status":{"allocatable":{"example.com/gopher":null},"capacity":{"example.com/gopher":null}}}`,
+		},
+		"a withdrawn resource only where it is named": {
+			status: corev1.NodeStatus{
+				Capacity:    corev1.ResourceList{gopher: resource.MustParse("4")},
+				Allocatable: corev1.ResourceList{},
+			},
+			withdraw: []corev1.ResourceName{gopher},
+			want:     `{"status":{"capacity":{"example.com/gopher":null}}}`,
+		},
+		"a withdrawn resource the node does not name: no patch": {
+			status:   nodeStatus("cpu", "4"),
+			withdraw: []corev1.ResourceName{gopher},
+		},
 		"only the resources that differ": {
 			status:  nodeStatus(gopher, "4", "example.com/other", "1"),
 			desired: map[corev1.ResourceName]int64{gopher: 4, "example.com/other": 2},
@@ -182,7 +262,7 @@ func TestCapacityPatch(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := capacityPatch(tc.status, tc.desired)
+			got, err := capacityPatch(tc.status, capacityPlan{publish: tc.desired, withdraw: tc.withdraw})
 			if err != nil {
 				t.Fatalf("capacityPatch: %v", err)
 			}
@@ -236,6 +316,11 @@ func TestReleasable(t *testing.T) {
 			nds: []kdv1alpha1.NodeDevice{
 				nd("a", gopher, 4, true, NodeCapacityFinalizer), nd("b", "example.com/other", 1, false, NodeCapacityFinalizer),
 			},
+		},
+		"an observed shard, the node publishing the kubelet's count: released at once": {
+			status: nodeStatus(gopher, "4"),
+			nds:    []kdv1alpha1.NodeDevice{withPath(nd("a", gopher, 4, true, NodeCapacityFinalizer), kdv1alpha1.DevicePathObserved)},
+			want:   []string{"a"},
 		},
 		"not terminating, or without our finalizer": {
 			status: nodeStatus(gopher, "0"),

@@ -41,6 +41,10 @@ const (
 	// LeaderElectionID names the controller's leader election Lease (contract.LeaderElectionID).
 	LeaderElectionID = contract.LeaderElectionID
 
+	// DRADriverName is the DRA driver of the agents' ResourceSlices, whose devices the
+	// controller's DeviceClasses select (contract.DRADriverName).
+	DRADriverName = contract.DRADriverName
+
 	// NodeCapacityFinalizer holds a NodeDevice until its resource is zero on the node
 	// (contract.NodeCapacityFinalizer).
 	NodeCapacityFinalizer = contract.NodeCapacityFinalizer
@@ -118,7 +122,7 @@ func CacheOptions(opts Options) cache.Options {
 	}
 }
 
-// Setup adds the node capacity, NodeDevice and DeviceAllocation controllers to mgr. The field
+// Setup adds the node capacity, NodeDevice, DeviceAllocation and DeviceClass controllers to mgr. The field
 // indexes of package indexer must be registered on the same manager (indexer.Setup), and the
 // manager's cache built with CacheOptions.
 func Setup(mgr ctrl.Manager, opts Options) error {
@@ -158,6 +162,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		leases:    leases,
 	}).setupWithManager(mgr, ctrlOpts); err != nil {
 		return fmt.Errorf("setting up the DeviceAllocation controller: %w", err)
+	}
+	if err := (&deviceClassReconciler{
+		client:   mgr.GetClient(),
+		recorder: recorder,
+	}).setupWithManager(mgr, ctrlOpts); err != nil {
+		return fmt.Errorf("setting up the DeviceClass controller: %w", err)
 	}
 	return nil
 }

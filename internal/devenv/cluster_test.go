@@ -50,6 +50,8 @@ func TestEmbeddedManifests(t *testing.T) {
 		"ValidatingAdmissionPolicyBinding/kubedevice-agent-node-restriction",
 		"ValidatingAdmissionPolicy/kubedevice-agent-lease",
 		"ValidatingAdmissionPolicyBinding/kubedevice-agent-lease",
+		"ValidatingAdmissionPolicy/kubedevice-agent-resourceslices",
+		"ValidatingAdmissionPolicyBinding/kubedevice-agent-resourceslices",
 		"ValidatingAdmissionPolicy/kubedevice-controller-node-status",
 		"ValidatingAdmissionPolicyBinding/kubedevice-controller-node-status",
 		"MutatingAdmissionPolicy/kubedevice-injection-gate",

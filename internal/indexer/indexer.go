@@ -32,6 +32,8 @@ import (
 const (
 	// NodeDeviceNodeName indexes NodeDevices by spec.nodeName.
 	NodeDeviceNodeName = "spec.nodeName"
+	// NodeDeviceResourceName indexes NodeDevices by spec.resourceName.
+	NodeDeviceResourceName = "spec.resourceName"
 
 	// DeviceAllocationNodeName indexes DeviceAllocations by spec.nodeName.
 	DeviceAllocationNodeName = "spec.nodeName"
@@ -54,6 +56,9 @@ func Setup(ctx context.Context, fi client.FieldIndexer) error {
 	}{
 		{&kdv1alpha1.NodeDevice{}, NodeDeviceNodeName, func(o client.Object) []string {
 			return []string{o.(*kdv1alpha1.NodeDevice).Spec.NodeName}
+		}},
+		{&kdv1alpha1.NodeDevice{}, NodeDeviceResourceName, func(o client.Object) []string {
+			return []string{o.(*kdv1alpha1.NodeDevice).Spec.ResourceName}
 		}},
 		{&kdv1alpha1.DeviceAllocation{}, DeviceAllocationNodeName, func(o client.Object) []string {
 			return []string{o.(*kdv1alpha1.DeviceAllocation).Spec.NodeName}

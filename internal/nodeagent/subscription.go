@@ -41,8 +41,9 @@ import (
 //		}
 //	}
 type Subscription struct {
-	m     *Manager
-	ready chan struct{}
+	// unsubscribe removes the subscription from its source (a Manager or a Notifier).
+	unsubscribe func(*Subscription)
+	ready       chan struct{}
 
 	mu      sync.Mutex
 	pending sets.Set[string]
@@ -51,7 +52,11 @@ type Subscription struct {
 // Subscribe returns a new subscription. Its first Changed lists every
 // resource known at the time, so the consumer starts from a full view.
 func (m *Manager) Subscribe() *Subscription {
-	s := &Subscription{m: m, ready: make(chan struct{}, 1), pending: sets.New[string]()}
+	s := newSubscription(func(s *Subscription) {
+		m.subsMu.Lock()
+		defer m.subsMu.Unlock()
+		delete(m.subs, s)
+	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.subsMu.Lock()
@@ -83,9 +88,11 @@ func (s *Subscription) Changed() []string {
 
 // Close stops the subscription. It is idempotent.
 func (s *Subscription) Close() {
-	s.m.subsMu.Lock()
-	defer s.m.subsMu.Unlock()
-	delete(s.m.subs, s)
+	s.unsubscribe(s)
+}
+
+func newSubscription(unsubscribe func(*Subscription)) *Subscription {
+	return &Subscription{unsubscribe: unsubscribe, ready: make(chan struct{}, 1), pending: sets.New[string]()}
 }
 
 func (s *Subscription) add(names ...string) {
@@ -107,6 +114,40 @@ func (m *Manager) notifyLocked(names ...string) {
 	m.subsMu.Lock()
 	defer m.subsMu.Unlock()
 	for s := range m.subs {
+		s.add(names...)
+	}
+}
+
+// Notifier hands out Subscriptions for a state kept outside a Manager: the agent's observe mode
+// mirrors the kubelet's device manager through the same NodeDevice mirror, which reads it through
+// the same Subscribe. The zero value is ready to use.
+type Notifier struct {
+	mu   sync.Mutex
+	subs map[*Subscription]struct{}
+}
+
+// Subscribe returns a new subscription whose first Changed lists initial.
+func (n *Notifier) Subscribe(initial ...string) *Subscription {
+	s := newSubscription(func(s *Subscription) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		delete(n.subs, s)
+	})
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.subs == nil {
+		n.subs = map[*Subscription]struct{}{}
+	}
+	n.subs[s] = struct{}{}
+	s.add(initial...)
+	return s
+}
+
+// Notify tells every subscriber that the named resources changed.
+func (n *Notifier) Notify(names ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for s := range n.subs {
 		s.add(names...)
 	}
 }

@@ -86,6 +86,12 @@ func (w *NodeDeviceWrapper) Plugin(state kdv1alpha1.PluginState) *NodeDeviceWrap
 	return w
 }
 
+// Path sets status.path: how pods get the resource's devices on the node.
+func (w *NodeDeviceWrapper) Path(path kdv1alpha1.DevicePath) *NodeDeviceWrapper {
+	w.Status.Path = path
+	return w
+}
+
 // Obj returns the NodeDevice.
 func (w *NodeDeviceWrapper) Obj() *kdv1alpha1.NodeDevice {
 	return &w.NodeDevice

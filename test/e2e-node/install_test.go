@@ -35,6 +35,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -229,6 +230,12 @@ func daemonSetReady(ds *appsv1.DaemonSet) bool {
 // installGopher writes one gopher file on the node (uninstall removes it) and runs the Gopher
 // plugin's overlay.
 func installGopher(ctx context.Context, id, content string) {
+	installGopherFrom(ctx, "gopher", id, content)
+}
+
+// installGopherFrom is installGopher with the plugin's overlay named gopherOverlay (the same
+// DaemonSet, registering elsewhere).
+func installGopherFrom(ctx context.Context, gopherOverlay, id, content string) {
 	ds := renderedGopherDaemonSet(ctx)
 	Expect(ds.Spec.Template.Spec.Containers[0].Image).To(Equal(image), "hack/e2e-node/overlays/gopher must deploy the image the suite builds")
 	dir := gophersDir(ds)
@@ -240,9 +247,9 @@ func installGopher(ctx context.Context, id, content string) {
 	}
 	Expect(os.WriteFile(filepath.Join(dir, id), []byte(content), 0o644)).To(Succeed())
 
-	out, err := kubectl(ctx, "apply", "-k", overlay("gopher"))
+	out, err := kubectl(ctx, "apply", "-k", overlay(gopherOverlay))
 	Expect(err).NotTo(HaveOccurred())
-	GinkgoWriter.Printf("kubectl apply -k hack/e2e-node/overlays/gopher:\n%s", out)
+	GinkgoWriter.Printf("kubectl apply -k hack/e2e-node/overlays/%s:\n%s", gopherOverlay, out)
 	Eventually(ctx, func(g Gomega) {
 		ds := &appsv1.DaemonSet{}
 		g.Expect(kd.Get(ctx, types.NamespacedName{Namespace: gopherNamespace, Name: gopherDaemonSet}, ds)).To(Succeed())
@@ -343,12 +350,19 @@ func cleanUp(ctx context.Context, extra ...string) {
 }
 
 // expectNoKubedeviceTraces checks what an uninstall must leave: the node offers no gopher, neither
-// in its capacity nor in its allocatable (not even as 0), and no NodeDevice is left.
+// in its capacity nor in its allocatable (not even as 0), no NodeDevice is left, and neither are
+// kubedevice's DeviceClasses nor its DRA driver's ResourceSlices.
 func expectNoKubedeviceTraces(ctx context.Context) {
 	n, err := clientset.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(n.Status.Capacity).NotTo(HaveKey(corev1.ResourceName(gopherResource)), "the node's capacity")
 	Expect(n.Status.Allocatable).NotTo(HaveKey(corev1.ResourceName(gopherResource)), "the node's allocatable")
+	classes := &resourcev1.DeviceClassList{}
+	Expect(kd.List(ctx, classes, client.MatchingLabels{"app.kubernetes.io/managed-by": "kubedevice"})).To(Succeed())
+	Expect(classes.Items).To(BeEmpty(), "kubedevice's DeviceClasses left")
+	slices := &resourcev1.ResourceSliceList{}
+	Expect(kd.List(ctx, slices, client.MatchingFields{resourcev1.ResourceSliceSelectorDriver: "kubedevice.io"})).To(Succeed())
+	Expect(slices.Items).To(BeEmpty(), "ResourceSlices of kubedevice's DRA driver left")
 	if crdExists(ctx, kubedeviceCRDs[0]) {
 		list := &kdv1alpha1.NodeDeviceList{}
 		Expect(kd.List(ctx, list)).To(Succeed())

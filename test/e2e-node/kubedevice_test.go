@@ -322,6 +322,10 @@ var _ = Describe("kubedevice on the real node", func() {
 			runsAPodWithTheGopher(ctx, label, ns, "gopher-pod")
 		}, SpecTimeout(5*time.Minute))
 	})
+
+	// Last: the kubelet keeps the gopher it managed listed (unhealthy, then at 0) after the plugin
+	// is gone, which the installs above must not meet (observe_test.go).
+	describeObserveMode()
 })
 
 // setUp builds the image, removes what an interrupted run left, installs kubedevice and waits

@@ -111,9 +111,18 @@ func normalizeCEL(u *unstructured.Unstructured) *unstructured.Unstructured {
 // normalizeCEL), and an empty namespace is no namespace. Everything else — kinds, names, namespaces, RBAC rules, admission policy
 // specs, CRDs, workloads (args, env, ports, probes, volumes, security contexts, resources, labels,
 // tolerations, images) — must be equal.
+//
+// Observe mode is the same option in both installs: config/observe (config/default with the
+// observe component) renders what the chart renders with agent.mode=observe.
 func TestChartAndKustomizeDoNotDrift(t *testing.T) {
-	kust := kustomizeBuild(t, filepath.Join(configDir, "default"))
-	helm := helmTemplate(t, namespace)
+	t.Run("config/default", func(t *testing.T) { checkNoDrift(t, "default") })
+	t.Run("config/observe", func(t *testing.T) { checkNoDrift(t, "observe", "--set", "agent.mode=observe") })
+}
+
+// checkNoDrift compares config/<dir> with the chart rendered with helmArgs.
+func checkNoDrift(t *testing.T, dir string, helmArgs ...string) {
+	kust := kustomizeBuild(t, filepath.Join(configDir, dir))
+	helm := helmTemplate(t, namespace, helmArgs...)
 
 	var kustObjs []*unstructured.Unstructured
 	namespaces := 0
@@ -121,14 +130,14 @@ func TestChartAndKustomizeDoNotDrift(t *testing.T) {
 		if u.GetKind() == "Namespace" {
 			namespaces++
 			if u.GetName() != namespace {
-				t.Errorf("config/default creates namespace %q, want %q", u.GetName(), namespace)
+				t.Errorf("config/%s creates namespace %q, want %q", dir, u.GetName(), namespace)
 			}
 			continue
 		}
 		kustObjs = append(kustObjs, u)
 	}
 	if namespaces != 1 {
-		t.Errorf("config/default creates %d namespaces, want 1 (%s)", namespaces, namespace)
+		t.Errorf("config/%s creates %d namespaces, want 1 (%s)", dir, namespaces, namespace)
 	}
 	var helmObjs []*unstructured.Unstructured
 	for _, u := range helm {
@@ -145,11 +154,11 @@ func TestChartAndKustomizeDoNotDrift(t *testing.T) {
 		helmObjs = append(helmObjs, u)
 	}
 
-	k := index(t, "config/default", kustObjs)
+	k := index(t, "config/"+dir, kustObjs)
 	h := index(t, "the chart", helmObjs)
 	for _, name := range sortedKeys(k) {
 		if _, ok := h[name]; !ok {
-			t.Errorf("only config/default has %s", name)
+			t.Errorf("only config/%s has %s", dir, name)
 		}
 	}
 	for _, name := range sortedKeys(h) {
@@ -160,7 +169,7 @@ func TestChartAndKustomizeDoNotDrift(t *testing.T) {
 		}
 		got := normalizeCEL(withoutHelmBookkeeping(h[name]))
 		if diff := cmp.Diff(normalizeCEL(withoutEmptyNamespace(want)).Object, got.Object); diff != "" {
-			t.Errorf("%s differs between config/default and the chart (-kustomize +helm):\n%s", name, diff)
+			t.Errorf("%s differs between config/%s and the chart (-kustomize +helm):\n%s", name, dir, diff)
 		}
 	}
 }

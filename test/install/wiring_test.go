@@ -76,6 +76,7 @@ func renders(t *testing.T) map[string][]*unstructured.Unstructured {
 	t.Helper()
 	r := map[string][]*unstructured.Unstructured{
 		"config/default":     kustomizeBuild(t, filepath.Join(configDir, "default")),
+		"config/observe":     kustomizeBuild(t, filepath.Join(configDir, "observe")),
 		"chart with default": helmTemplate(t, namespace),
 	}
 	for _, f := range ciValuesFiles(t) {
@@ -100,6 +101,10 @@ func TestAgentIsWiredToTheNode(t *testing.T) {
 			}
 			c := spec.Containers[0]
 			f := flags(c)
+			if f["mode"] == "observe" {
+				checkObserveWiring(t, spec, c, f, objs)
+				return
+			}
 			if f["state-dir"] == f["plugin-dir"] {
 				t.Errorf("--state-dir=%q is the plugin directory, which every device plugin mounts read-write", f["state-dir"])
 			}
@@ -193,6 +198,37 @@ func TestAgentIsWiredToTheNode(t *testing.T) {
 				t.Errorf("the agent's pods lack %s: \"true\"", noInjectionGateLabel)
 			}
 		})
+	}
+}
+
+// checkObserveWiring checks an agent in observe mode: it reads the kubelet's PodResources socket
+// and checkpoint from the same host paths, mounted read-only, and mounts nothing else of the
+// host (it registers, allocates and injects nothing); no injection gate is installed, since no
+// NRI plugin would ever let the gated pods start.
+func checkObserveWiring(t *testing.T, spec corev1.PodSpec, c corev1.Container, f map[string]string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	mounted := map[string]bool{}
+	for _, flag := range []string{"kubelet-pod-resources-socket", "kubelet-checkpoint"} {
+		p := f[flag]
+		if !path.IsAbs(p) {
+			t.Errorf("--%s=%q is not an absolute path", flag, p)
+			continue
+		}
+		dir := path.Dir(p)
+		if host, ro := hostPathAt(spec, c, dir); host != dir || !ro {
+			t.Errorf("--%s=%s: its directory is mounted from host path %q (read-only %v), want the same path, read-only", flag, p, host, ro)
+		}
+		mounted[dir] = true
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && !mounted[v.HostPath.Path] {
+			t.Errorf("in observe mode the agent mounts host path %s, which it does not read", v.HostPath.Path)
+		}
+	}
+	for _, u := range objs {
+		if u.GetName() == "kubedevice-injection-gate" || (u.GetKind() == "ConfigMap" && u.GetName() == "kubedevice-admission") {
+			t.Errorf("observe mode installs %s %s: the gated pods would wait for an NRI plugin that never connects", u.GetKind(), u.GetName())
+		}
 	}
 }
 
@@ -290,6 +326,11 @@ var omittedFlags = map[string]bool{
 	"zap-stacktrace-level":    true,
 	"zap-time-encoding":       true,
 	"nri-host-root":           true,
+	// Observe mode's: config/observe passes them, config/default runs the default mode.
+	"mode":                         true,
+	"observe-resources":            true,
+	"kubelet-pod-resources-socket": true,
+	"kubelet-checkpoint":           true,
 }
 
 // binaryFlags builds the commands and returns the names of the flags each defines, from its -h

@@ -166,6 +166,35 @@ var _ = Describe("NodeDevice API", func() {
 		Expect(nd.Generation).To(Equal(int64(2)))
 	})
 
+	It("refuses new cordons on an Observed NodeDevice, and lets existing ones be removed", func() {
+		nd := testutil.MakeNodeDevice("cordon-observed").Cordon("gopher-0", "set before observe mode").Obj()
+		Expect(k8sClient.Create(ctx, nd)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, nd))).To(Succeed()) })
+		nd.Status = testutil.MakeNodeDevice("").Device("gopher-0", kdv1alpha1.DeviceHealthy).Device("gopher-1", kdv1alpha1.DeviceHealthy).
+			Plugin(kdv1alpha1.PluginStateRegistered).Obj().Status
+		nd.Status.Path = kdv1alpha1.DevicePathObserved
+		// The agent's status write goes through although a cordon from before is there.
+		Expect(k8sClient.Status().Update(ctx, nd)).To(Succeed())
+
+		added := nd.DeepCopy()
+		added.Spec.Cordons = append(added.Spec.Cordons, kdv1alpha1.DeviceCordon{DeviceID: "gopher-1"})
+		expectInvalid(k8sClient.Update(ctx, added), "spec.cordons cannot be added to an Observed NodeDevice")
+
+		nd.Spec.Cordons = nil
+		Expect(k8sClient.Update(ctx, nd)).To(Succeed())
+		nd.Spec.Cordons = []kdv1alpha1.DeviceCordon{{DeviceID: "gopher-0"}}
+		expectInvalid(k8sClient.Update(ctx, nd), "spec.cordons cannot be added to an Observed NodeDevice")
+
+		// On a managed NodeDevice the same cordon is taken.
+		nd.Status.Path = kdv1alpha1.DevicePathNodeCapacity
+		nd.Spec.Cordons = nil
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(nd), nd)).To(Succeed())
+		nd.Status.Path = kdv1alpha1.DevicePathNodeCapacity
+		Expect(k8sClient.Status().Update(ctx, nd)).To(Succeed())
+		nd.Spec.Cordons = []kdv1alpha1.DeviceCordon{{DeviceID: "gopher-0"}}
+		Expect(k8sClient.Update(ctx, nd)).To(Succeed())
+	})
+
 	It("refuses a shard listing more than 128 devices", func() {
 		nd := testutil.MakeNodeDevice("too-many").Obj()
 		Expect(k8sClient.Create(ctx, nd)).To(Succeed())
@@ -214,12 +243,15 @@ var _ = Describe("NodeDevice API", func() {
 		nd.Status.Allocated = 1
 		Expect(k8sClient.Status().Update(ctx, nd)).To(Succeed())
 
+		nd.Status.Path = kdv1alpha1.DevicePathObserved
+		Expect(k8sClient.Status().Update(ctx, nd)).To(Succeed())
+
 		table := getTable("/apis/kubedevice.io/v1alpha1/nodedevices")
 		Expect(columnNames(table)).To(Equal([]string{
-			"Name", "Node", "Resource", "Capacity", "Allocatable", "Allocated", "Unhealthy", "Plugin", "Age",
+			"Name", "Node", "Resource", "Path", "Capacity", "Allocatable", "Allocated", "Unhealthy", "Plugin", "Age",
 		}))
-		Expect(rowFor(table, nd.Name)[1:8]).To(Equal([]string{
-			"cols-node-1", "example.com/gopher", "3", "2", "1", "1", "Registered",
+		Expect(rowFor(table, nd.Name)[1:9]).To(Equal([]string{
+			"cols-node-1", "example.com/gopher", "Observed", "3", "2", "1", "1", "Registered",
 		}))
 	})
 })

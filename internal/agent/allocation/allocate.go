@@ -198,30 +198,9 @@ func (r *reconciler) requeue(ctx context.Context, req reconcile.Request, allocEr
 	return reconcile.Result{}
 }
 
-// newDeviceAllocation returns the metadata and spec the agent applies for pod's DeviceAllocation.
-func newDeviceAllocation(pod *corev1.Pod) *kdv1alpha1.DeviceAllocation {
-	return &kdv1alpha1.DeviceAllocation{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)),
-			Namespace: pod.Namespace,
-			Labels: map[string]string{
-				kdv1alpha1.LabelNodeName: kube.LabelValue(pod.Spec.NodeName),
-				kdv1alpha1.LabelPodUID:   string(pod.UID),
-			},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}},
-		},
-		Spec: kdv1alpha1.DeviceAllocationSpec{NodeName: pod.Spec.NodeName, PodName: pod.Name, PodUID: string(pod.UID)},
-	}
-}
-
-// metaUpToDate reports whether da already has the labels, owner reference and spec the agent
-// applies for pod.
-func metaUpToDate(da *kdv1alpha1.DeviceAllocation, pod *corev1.Pod) bool {
-	want := newDeviceAllocation(pod)
-	for k, v := range want.Labels {
-		if da.Labels[k] != v {
-			return false
-		}
-	}
-	return kube.HasOwner(da.OwnerReferences, pod.UID) && da.Spec == want.Spec
-}
+// newDeviceAllocation and metaUpToDate are the metadata and spec the agent applies for a pod's
+// DeviceAllocation (package kube, shared with the observe flow).
+var (
+	newDeviceAllocation = kube.NewDeviceAllocation
+	metaUpToDate        = kube.DeviceAllocationMetaUpToDate
+)

@@ -23,9 +23,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -271,39 +269,9 @@ func (r *reconciler) allocationsOf(ctx context.Context, key types.NamespacedName
 	return out, nil
 }
 
-// release marks da Released and deletes it: two writes, so that a watcher sees why it went. It
-// decides on the object as the API server has it, as the cache may still show one already gone.
+// release marks da Released and deletes it (kube.ReleaseDeviceAllocation).
 func (r *reconciler) release(ctx context.Context, cached *kdv1alpha1.DeviceAllocation, reason, message string) error {
-	if !cached.DeletionTimestamp.IsZero() {
-		return nil
-	}
-	da := &kdv1alpha1.DeviceAllocation{}
-	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(cached), da); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("getting DeviceAllocation %s: %w", klog.KObj(cached), err)
-	}
-	if !da.DeletionTimestamp.IsZero() || da.UID != cached.UID {
-		return nil
-	}
-	if !meta.IsStatusConditionTrue(da.Status.Conditions, kdv1alpha1.DeviceAllocationReleased) {
-		rel := &kdv1alpha1.DeviceAllocation{
-			ObjectMeta: metav1.ObjectMeta{Name: da.Name, Namespace: da.Namespace},
-			Status:     releasedStatus(da, reason, message, r.Clock.Now()),
-		}
-		if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, rel); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return err
-		}
-	}
-	if err := kube.Delete(ctx, r.client, kube.DeviceAllocationGVK.Kind, da); err != nil {
-		return err
-	}
-	ctrl.LoggerFrom(ctx).Info("Released and deleted a DeviceAllocation", "deviceAllocation", klog.KObj(da), "reason", reason)
-	return nil
+	return kube.ReleaseDeviceAllocation(ctx, r.client, r.apiReader, cached, reason, message, r.Clock.Now())
 }
 
 // retriggerWaiting requeues, whenever resources change in the core (a plugin registers, devices

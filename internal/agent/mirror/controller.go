@@ -71,6 +71,15 @@ type Injection interface {
 	Served(resource string, served bool)
 }
 
+// noInjection is the runtime injection of an agent that injects nothing (observe mode): no
+// condition, no change, nothing to tell.
+type noInjection struct{}
+
+func (noInjection) Condition() (metav1.Condition, bool) { return metav1.Condition{}, false }
+func (noInjection) Changed() <-chan struct{}            { return nil }
+func (noInjection) RefreshPreStart(string)              {}
+func (noInjection) Served(string, bool)                 {}
+
 // Options are the mirror's settings and dependencies, all required.
 type Options struct {
 	// NodeName is the agent's node, whose NodeDevices the mirror owns.
@@ -79,11 +88,20 @@ type Options struct {
 	// WriteSettle how long a change waits before it is written.
 	WriteInterval time.Duration
 	WriteSettle   time.Duration
-	// Core is read; Cordons take NodeDevice.spec.cordons (the core too).
+	// Core is read; Cordons take NodeDevice.spec.cordons (the core too). In observe mode Core is
+	// the kubelet's device manager as the agent observes it, and Cordons is nil: nothing on the
+	// node could enforce a cordon (the API refuses new ones on an Observed NodeDevice).
 	Core    Core
 	Cordons Cordoner
-	// Injection is told each resource's state and read for the RuntimeInjectionReady condition.
+	// Injection is told each resource's state and read for the RuntimeInjectionReady condition;
+	// nil in observe mode, where the agent injects nothing and the condition is not written.
 	Injection Injection
+	// Path is written as every NodeDevice's status.path: DevicePathNodeCapacity for the resources
+	// the agent manages (written out, not left empty: the Path printer column and the cells after
+	// it would shift in kubectl's output; NodeDevices of an earlier agent get it in one status
+	// write), DevicePathObserved for those it observes. A resource the core serves through DRA
+	// (ResourceSnapshot.ServedByDRA) is written as DevicePathDRA whatever this says.
+	Path kdv1alpha1.DevicePath
 	// Gate holds every reconcile until the agent has started.
 	Gate *kube.Gate
 	// Clock drives the pacing, the settling queue and the conditions.
@@ -105,12 +123,18 @@ type reconciler struct {
 // Setup adds the NodeDevice mirror to mgr, whose cache must hold the node's NodeDevices and its
 // Node.
 func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.Injection == nil {
+		opts.Injection = noInjection{}
+	}
 	r := &reconciler{
 		Options:   opts,
 		client:    mgr.GetClient(),
 		apiReader: mgr.GetAPIReader(),
 		cordons:   newCordonPush(opts.Cordons),
 		pace:      newPacer(opts.WriteInterval, opts.Clock),
+	}
+	if err := mgr.Add(deviceInfoRunnable{src: &deviceInfoSource{node: opts.NodeName, core: opts.Core}}); err != nil {
+		return fmt.Errorf("adding the %s metric: %w", DeviceInfoMetric, err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("nodedevice-mirror").
@@ -275,8 +299,13 @@ func newNodeDevice(node *corev1.Node, resource string, p shardPlan) *kdv1alpha1.
 // runtime injection condition.
 func (r *reconciler) desiredStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.DeviceSnapshot, current *kdv1alpha1.NodeDevice,
 	info nodeagent.CheckpointInfo, generation int64, now time.Time) kdv1alpha1.NodeDeviceStatus {
+	st := nodeDeviceStatus(snap, devices, current, info, generation, now)
+	if st.Path == "" {
+		// A resource the core serves through DRA says so itself; every other takes the mirror's.
+		st.Path = r.Path
+	}
 	c, known := r.Injection.Condition()
-	return withRuntimeInjection(nodeDeviceStatus(snap, devices, current, info, generation, now), current, c, known, generation, now)
+	return withRuntimeInjection(st, current, c, known, generation, now)
 }
 
 // nodeDevicesOf returns the cached NodeDevices of the node for resource.

@@ -46,6 +46,9 @@ func newCordonPush(to Cordoner) *cordonPush {
 
 // push hands the cordons of objs, resource's NodeDevices, to the core when they changed.
 func (p *cordonPush) push(resource string, objs []kdv1alpha1.NodeDevice) {
+	if p.to == nil {
+		return
+	}
 	ids := CordonedIDs(objs)
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -23,6 +23,7 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	kdcontroller "github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
@@ -177,6 +179,50 @@ var _ = Describe("Agent admission policy", Ordered, func() {
 		expectForbidden(tryApplyStatusAs(asA, theirs, map[string]any{"summary": "x"}), ownWrite)
 		expectForbidden(asA.Delete(ctx, testutil.MakeDeviceAllocation("theirs-existing", ns).Obj()), ownWrite)
 		Expect(asA.Delete(ctx, testutil.MakeDeviceAllocation(mine, ns).Obj())).To(Succeed())
+	})
+
+	It("lets the agent write only its own node's ResourceSlices of kubedevice's driver", func() {
+		const ownSlices = "may only write ResourceSlices of its own node"
+		slice := func(name, node, driver string) *resourcev1.ResourceSlice {
+			return &resourcev1.ResourceSlice{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: resourcev1.ResourceSliceSpec{
+					Driver:   driver,
+					NodeName: ptr.To(node),
+					Pool:     resourcev1.ResourcePool{Name: node + "/example.com/gopher", ResourceSliceCount: 1},
+					Devices:  []resourcev1.Device{{Name: "gopher-0"}},
+				},
+			}
+		}
+		By("its own node's slice: create, update, delete")
+		mine := slice(uniqueName("rs-mine"), nodeA, contract.DRADriverName)
+		Expect(asA.Create(ctx, mine)).To(Succeed())
+		mine.Spec.Devices = append(mine.Spec.Devices, resourcev1.Device{Name: "gopher-1"})
+		Expect(asA.Update(ctx, mine)).To(Succeed())
+
+		By("another node's slice: create, update, delete, and moving its own slice to the other node")
+		expectForbidden(asA.Create(ctx, slice(uniqueName("rs-theirs"), nodeB, contract.DRADriverName)),
+			"the kubedevice agent on node "+nodeA+" "+ownSlices+", not of node "+nodeB)
+		theirs := slice(uniqueName("rs-theirs"), nodeB, contract.DRADriverName)
+		Expect(k8sClient.Create(ctx, theirs)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, theirs))).To(Succeed()) })
+		theirs.Spec.Devices = nil
+		expectForbidden(asA.Update(ctx, theirs), ownSlices)
+		expectForbidden(asA.Delete(ctx, theirs), ownSlices)
+		moved := mine.DeepCopy()
+		moved.Spec.NodeName = ptr.To(nodeB)
+		err := asA.Update(ctx, moved)
+		Expect(err).To(HaveOccurred(), "moving a slice to another node") // the API server refuses it too: nodeName is immutable
+
+		By("a slice of another driver on its own node")
+		expectForbidden(asA.Create(ctx, slice(uniqueName("rs-other"), nodeA, "gpu.example.com")),
+			"may only write ResourceSlices of driver kubedevice.io, not gpu.example.com")
+
+		By("a token without a node")
+		expectForbidden(agentClient("").Create(ctx, slice(uniqueName("rs-nonode"), nodeA, contract.DRADriverName)),
+			"no node association found for the kubedevice agent")
+
+		Expect(asA.Delete(ctx, mine)).To(Succeed())
 	})
 
 	It("refuses every write of an agent whose token names no node", func() {

@@ -19,6 +19,7 @@ package controller
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -26,6 +27,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,6 +113,43 @@ var _ = Describe("Uninstall cleanup", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res).To(Equal(cleanup.Result{Controller: cleanup.ControllerReleased, Nodes: map[string][]corev1.ResourceName{}}))
 		expectCleaned(node, ns)
+	})
+
+	It("deletes the DeviceClasses the controller kept and its DRA driver's ResourceSlices, and no one else's", func() {
+		draResource := "example.com/" + uniqueName("cleangopher")
+		applyAsAgent(testutil.MakeNodeDevice(node+".dra").Node(node).Resource(draResource).Devices("gopher", 1).
+			Path(kdv1alpha1.DevicePathDRA).Obj())
+		ours := strings.TrimPrefix(draResource, "example.com/") + ".example.com"
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKey{Name: ours}, &resourcev1.DeviceClass{})
+		}).Should(Succeed())
+		theirClass := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("their-class")}}
+		Expect(k8sClient.Create(ctx, theirClass)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, theirClass))).To(Succeed()) })
+		slice := func(driver string) *resourcev1.ResourceSlice {
+			return &resourcev1.ResourceSlice{
+				ObjectMeta: metav1.ObjectMeta{Name: uniqueName("slice")},
+				Spec: resourcev1.ResourceSliceSpec{
+					Driver: driver, NodeName: ptr.To(node),
+					Pool:    resourcev1.ResourcePool{Name: "p", ResourceSliceCount: 1},
+					Devices: []resourcev1.Device{{Name: "d0"}},
+				},
+			}
+		}
+		ourSlice, theirSlice := slice(kdcontroller.DRADriverName), slice("gpu.example.com")
+		Expect(k8sClient.Create(ctx, ourSlice)).To(Succeed())
+		Expect(k8sClient.Create(ctx, theirSlice)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, theirSlice))).To(Succeed()) })
+
+		stopController()
+		res, err := runCleanup(cleanup.Options{LeaseNamespace: agentNamespace})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.DeviceClasses).To(Equal(1))
+		Expect(res.ResourceSlices).To(Equal(1))
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Name: ours}, &resourcev1.DeviceClass{}))).To(BeTrue())
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(ourSlice), &resourcev1.ResourceSlice{}))).To(BeTrue())
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(theirClass), &resourcev1.DeviceClass{})).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(theirSlice), &resourcev1.ResourceSlice{})).To(Succeed())
 	})
 
 	It("finds a resource the controller left at zero after its NodeDevices went, by the controller's field ownership", func() {

@@ -48,7 +48,7 @@ const agentFieldOwner = "kubedevice-agent"
 const gopher corev1.ResourceName = "example.com/gopher"
 
 // controllers are the names of the controller's reconcilers.
-var controllers = []string{"node-capacity", "nodedevice", "deviceallocation"}
+var controllers = []string{"node-capacity", "nodedevice", "deviceallocation", "deviceclass"}
 
 var nodeCounter atomic.Int64
 
