@@ -104,6 +104,27 @@ test-integration: envtest-assets helm kustomize ## Run the envtest suites in tes
 test-e2e: envtest-assets ## Build the binaries and run `kubedevice dev --exit-after-demo`, then the demo until Ctrl-C (test/e2e).
 	go test $(GO_TEST_FLAGS) -v -timeout 20m ./test/e2e/
 
+# test-crash: the crash-injection harness (test/crash) with CRASH_RUNS runs per crash point and as many
+# killed at random times; make test runs it with one run per point. The outcomes per point are written
+# to bin/crash-report.txt (and logged). CRASH_SEED repeats a run's randomness.
+CRASH_RUNS ?= 100
+CRASH_SEED ?=
+
+.PHONY: test-crash
+test-crash: envtest-assets ## SIGKILL the agent (a real process, built with -tags crashpoint) at every named point of the allocation and free paths and at random times, CRASH_RUNS (100) times each, restart it and check every run converges (test/crash).
+	KUBEDEVICE_CRASH_RUNS=$(CRASH_RUNS) KUBEDEVICE_CRASH_SEED=$(CRASH_SEED) KUBEDEVICE_CRASH_REPORT=$(LOCALBIN)/crash-report.txt \
+		go test -count=1 -v -timeout 180m -run '^TestCrashConvergence$$' ./test/crash/
+
+# soak: the agent (a release build, as a process) under random pod churn, health flips and plugin
+# restarts for DURATION, its goroutines and memory sampled (CSV in bin/soak.csv); fails if they grow
+# or the node does not converge at the end. Not part of make test.
+DURATION ?= 30m
+
+.PHONY: soak
+soak: envtest-assets ## Run the agent for DURATION (30m) under pod churn, health flips and plugin restarts, sampling goroutines and memory (test/crash TestSoak).
+	KUBEDEVICE_SOAK_DURATION=$(DURATION) KUBEDEVICE_SOAK_REPORT=$(LOCALBIN)/soak.csv \
+		go test -count=1 -v -timeout 24h -run '^TestSoak$$' ./test/crash/
+
 # The kubelet's own device plugin stub (k8s.io/kubernetes pkg/kubelet/cm/devicemanager/plugin/v1beta1)
 # is built from test/kubeletstub, a module of its own that requires k8s.io/kubernetes (pinned in its
 # go.mod, v1.37.1) and cannot be a dependency of kubedevice's. SIGUSR1 flips a device's health.
@@ -149,7 +170,7 @@ SCALE_NODES ?= 1000
 SCALE_SHARDS ?= 2
 
 .PHONY: bench-scale
-bench-scale: envtest-assets ## Benchmark the controller (cold start, failover, steady state, churn; SCALE_NODES=1000, SCALE_SHARDS=2) and the agent (10 k devices: register, restart; 100 k rejected) against the real API server (minutes; not part of `make test`; `-bench Agent` alone: see docs/design.md).
+bench-scale: envtest-assets ## Benchmark the controller (cold start, failover, steady state, churn; SCALE_NODES=1000, SCALE_SHARDS=2), the agent (10 k devices: register, restart; 100 k rejected) and the built agent and controller binaries outside in (BenchmarkBinaries) against the real API server (minutes; not part of `make test`; `-bench Agent` alone: see docs/design.md).
 	KUBEDEVICE_SCALE_NODES=$(SCALE_NODES) KUBEDEVICE_SCALE_SHARDS=$(SCALE_SHARDS) \
 		go test -run '^$$' -bench . -benchtime=1x -timeout 90m ./test/scale/
 

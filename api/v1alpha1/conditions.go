@@ -95,6 +95,10 @@ const (
 	// knows the device but does not list it as allocatable: its plugin reports it unhealthy, or
 	// the plugin is gone. The kubelet does not say which, nor why.
 	DeviceReasonKubeletNotAllocatable = "KubeletNotAllocatable"
+	// DeviceReasonNotReported: a pod holds the device and its plugin no longer reports it (the
+	// plugin dropped its ID). It is shown, unhealthy and held, until the pod frees it; it is
+	// never allocated to another pod while held, even if the plugin reports it again.
+	DeviceReasonNotReported = "NotReportedByPlugin"
 )
 
 // DeviceAllocation condition types.

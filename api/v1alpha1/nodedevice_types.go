@@ -197,7 +197,7 @@ type DeviceStatus struct {
 	Health DeviceHealth `json:"health"`
 
 	// reason is a CamelCase word explaining the health (Healthy, PluginReportedUnhealthy,
-	// PluginDisconnected, AwaitingPluginRegistration).
+	// PluginDisconnected, AwaitingPluginRegistration, NotReportedByPlugin).
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	Reason string `json:"reason,omitempty"`

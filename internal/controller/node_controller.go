@@ -54,6 +54,12 @@ type nodeReconciler struct {
 	// reconcile that runs before the watch event arrives does not patch the same values again.
 	writtenMu sync.Mutex
 	written   map[string]writtenNode
+
+	// burst holds, per node, the burst of NodeDevice creations under way there (an agent
+	// registering a plugin creates its shards one after another), so the node is patched once
+	// the burst has settled rather than once per shard (node_settle.go).
+	settlingMu sync.Mutex
+	burst      map[string]creationBurst
 }
 
 // writtenNode is a Node status we patched, and the resourceVersion the Node had before.
@@ -64,14 +70,11 @@ type writtenNode struct {
 
 func (r *nodeReconciler) setupWithManager(mgr ctrl.Manager, opts crcontroller.Options) error {
 	r.written = map[string]writtenNode{}
+	r.burst = map[string]creationBurst{}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-capacity").
 		For(&corev1.Node{}, builder.WithPredicates(nodeCapacityChanged())).
-		Watches(&kdv1alpha1.NodeDevice{},
-			handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*kdv1alpha1.NodeDevice).Spec.NodeName}}}
-			}),
-			builder.WithPredicates(nodeDeviceCountChanged())).
+		Watches(&kdv1alpha1.NodeDevice{}, r.nodeDeviceHandler(), builder.WithPredicates(nodeDeviceCountChanged())).
 		Watches(&coordinationv1.Lease{},
 			handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 				node, _ := r.leases.nodeOfLease(o)
@@ -92,6 +95,7 @@ func (r *nodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	if node == nil {
 		r.forget(req.Name)
+		r.forgetBurst(req.Name)
 		return ctrl.Result{}, r.deleteNodeDevices(ctx, req.Name)
 	}
 
@@ -115,7 +119,10 @@ func (r *nodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if patch != nil {
+	if patch != nil && r.settling(node.Name) {
+		// The burst's timer queues the node once it has settled.
+		logger.V(1).Info("Waiting for the node's new NodeDevices to settle before publishing")
+	} else if patch != nil {
 		before := node.ResourceVersion
 		err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner))
 		if apierrors.IsNotFound(err) {

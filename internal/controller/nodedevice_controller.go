@@ -18,11 +18,14 @@ package controller
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -47,7 +50,28 @@ type nodeDeviceReconciler struct {
 	clock    clock.PassiveClock
 	recorder recorder.EventRecorder
 	leases   leaseReader
+
+	// applied remembers the AgentReady conditions written lately, by NodeDevice name, so a
+	// reconcile running on an event that came before its own write reached the cache (the
+	// agent's status write, the finalizer's) does not write the same condition again: 81–126
+	// condition writes for 79 shards were measured before.
+	appliedMu sync.Mutex
+	applied   map[string]appliedCondition
+	// pruned is when applied was last swept of forgotten entries.
+	pruned time.Time
 }
+
+// appliedCondition is an AgentReady condition written to the NodeDevice of uid, and when.
+type appliedCondition struct {
+	uid  types.UID
+	cond metav1.Condition
+	at   time.Time
+}
+
+// appliedMemory is how long a written condition is trusted over a cache that does not show it
+// yet: far longer than the cache takes to see a write, short enough that a condition someone
+// removed is put back by the next reconcile after it. Real time, as the cache's delay is.
+const appliedMemory = 5 * time.Second
 
 func (r *nodeDeviceReconciler) setupWithManager(mgr ctrl.Manager, opts crcontroller.Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
@@ -81,10 +105,11 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	got := meta.FindStatusCondition(nd.Status.Conditions, kdv1alpha1.NodeDeviceAgentReady)
 	want := agentReadyCondition(nd, agent, metav1.NewTime(now))
-	if conditionChanged(got, &want) {
+	if conditionChanged(got, &want) && !r.appliedLately(nd, want) {
 		if err := applyConditions(ctx, r.client, nodeDeviceGVK, client.ObjectKeyFromObject(nd), want); err != nil {
 			return ctrl.Result{}, err
 		}
+		r.rememberApplied(nd, want)
 		ctrl.LoggerFrom(ctx).Info("Set AgentReady", "status", want.Status, "reason", want.Reason)
 		if agentLost(got, want) {
 			r.recorder.Eventf(nd, nil, corev1.EventTypeWarning, want.Reason, "MarkAgentNotReady", "%s", want.Message)
@@ -95,6 +120,43 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{RequeueAfter: agent.expiresIn}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// appliedLately reports whether want was written to nd (the same object) in the last
+// appliedMemory, which the cache has not shown yet; an entry the cache has caught up with, or
+// that is too old, is forgotten.
+func (r *nodeDeviceReconciler) appliedLately(nd *kdv1alpha1.NodeDevice, want metav1.Condition) bool {
+	r.appliedMu.Lock()
+	defer r.appliedMu.Unlock()
+	a, ok := r.applied[nd.Name]
+	if !ok {
+		return false
+	}
+	if a.uid != nd.UID || time.Since(a.at) >= appliedMemory || conditionChanged(&a.cond, &want) {
+		delete(r.applied, nd.Name)
+		return false
+	}
+	return true
+}
+
+// rememberApplied records that want was written to nd now; once per appliedMemory it sweeps out
+// the entries too old to matter.
+func (r *nodeDeviceReconciler) rememberApplied(nd *kdv1alpha1.NodeDevice, want metav1.Condition) {
+	r.appliedMu.Lock()
+	defer r.appliedMu.Unlock()
+	if r.applied == nil {
+		r.applied = map[string]appliedCondition{}
+	}
+	now := time.Now()
+	if now.Sub(r.pruned) >= appliedMemory {
+		for name, a := range r.applied {
+			if now.Sub(a.at) >= appliedMemory {
+				delete(r.applied, name)
+			}
+		}
+		r.pruned = now
+	}
+	r.applied[nd.Name] = appliedCondition{uid: nd.UID, cond: want, at: now}
 }
 
 // ensureFinalizer adds the node-capacity finalizer, if nd lacks it.

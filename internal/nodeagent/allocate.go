@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
@@ -291,6 +292,7 @@ func (tx *allocTxn) finish(ctx context.Context, err error) error {
 				logger.Error(werr, "Writing the checkpoint after a failed allocation")
 			}
 		} else {
+			crashpoint.Hit(crashpoint.CheckpointWritten)
 			tx.clearStale(ctx)
 		}
 	}
@@ -437,11 +439,13 @@ func (m *Manager) allocateResource(ctx context.Context, tx *allocTxn, pod *v1.Po
 	}
 	ep := r.primary
 	m.mu.Unlock()
+	crashpoint.Hit(crashpoint.AllocReserved)
 
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.AllocateTimeout)
 	start := time.Now()
 	resp, err := ep.allocate(rctx, ids)
 	cancel()
+	crashpoint.Hit(crashpoint.AllocPluginReturned)
 	m.metrics.allocDuration.WithLabelValues(rq.resource).Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:

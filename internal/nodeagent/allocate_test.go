@@ -180,6 +180,12 @@ func TestPodContainerDeviceToAllocate(t *testing.T) {
 	tm.hold(t, pod3, "con3", res3, "dev5")
 	p3.Update(healthy("dev7", "dev8"))
 	tm.waitDevices(t, res3, healthy("dev7", "dev8")...)
+	// S20: the held device the plugin dropped is shown, held and missing.
+	if s, _ := tm.Snapshot(res3); !slices.ContainsFunc(s.Devices, func(d DeviceSnapshot) bool {
+		return d.ID == "dev5" && d.Health == Unhealthy && d.Reason == ReasonNotReported && d.Holder != nil && d.Holder.PodUID == string(pod3.UID)
+	}) || s.Allocated != 1 || s.Capacity != 2 {
+		t.Errorf("snapshot of %s after its plugin dropped the held dev5: %+v; want dev5 shown unhealthy, NotReported, held by pod3, allocated 1, capacity 2", res3, s)
+	}
 	// The kubelet reaches the third check when pod3 is admitted again after a
 	// reboot; so does the manager.
 	tm.mu.Lock()

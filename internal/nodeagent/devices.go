@@ -52,6 +52,10 @@ const (
 	// ReasonAwaitingPlugin: the device was restored from the checkpoint and
 	// its plugin has not reported it yet.
 	ReasonAwaitingPlugin = "AwaitingPluginRegistration"
+	// ReasonNotReported: a container holds the device and the plugin no
+	// longer reports it. Shown (unhealthy, held) until it is freed; never
+	// allocatable while held.
+	ReasonNotReported = "NotReportedByPlugin"
 )
 
 const (
@@ -59,6 +63,7 @@ const (
 	msgReportedUnhealthy  = "The device plugin reports the device as %q."
 	msgPluginDisconnected = "No device plugin is connected for this resource; the device cannot be allocated until a plugin registers and reports it."
 	msgAwaitingPlugin     = "Restored from the checkpoint; waiting for the device plugin to register and report the device."
+	msgNotReported        = "The device plugin no longer reports this device; it stays allocated to the container holding it until that container's pod ends."
 )
 
 // Limits on one ListAndWatch message. A message beyond them is rejected as a
@@ -199,6 +204,11 @@ type resourceState struct {
 	// healthy changed since.
 	healthySorted []string
 	awaiting      map[string]*device // restored from the checkpoint, not yet reported
+	// missingSince records when a held device stopped being reported (in
+	// devices or awaiting); snapshots show held devices that are neither as
+	// missing since then. Entries of devices no longer held are dropped with
+	// the next message.
+	missingSince map[string]time.Time
 	// reported is set by the first accepted ListAndWatch message: a plugin
 	// that has not reported yet is not known to have no healthy device.
 	reported bool
@@ -236,7 +246,10 @@ func (r *resourceState) stopGraceTimer() {
 // applyDevices replaces the device set with a validated ListAndWatch message.
 // A device's transition time moves only when its health changes. It reports
 // whether anything visible changed.
-func (r *resourceState) applyDevices(devs []*pluginapi.Device, now time.Time) bool {
+//
+// held reports whether a container holds a device: a held device the
+// message no longer lists is recorded as missing from now (missingSince).
+func (r *resourceState) applyDevices(devs []*pluginapi.Device, now time.Time, held func(id string) bool) bool {
 	changed := len(r.awaiting) > 0 || len(devs) != len(r.devices)
 	next := make(map[string]*device, len(devs))
 	healthy, unhealthy := sets.New[string](), sets.New[string]()
@@ -256,6 +269,21 @@ func (r *resourceState) applyDevices(devs []*pluginapi.Device, now time.Time) bo
 			healthy.Insert(d.id)
 		} else {
 			unhealthy.Insert(d.id)
+		}
+	}
+	for id := range r.missingSince {
+		if _, reported := next[id]; reported || !held(id) {
+			delete(r.missingSince, id)
+		}
+	}
+	for _, prev := range []map[string]*device{r.devices, r.awaiting} {
+		for id := range prev {
+			if _, reported := next[id]; !reported && held(id) {
+				if r.missingSince == nil {
+					r.missingSince = make(map[string]time.Time)
+				}
+				r.missingSince[id] = now
+			}
 		}
 	}
 	r.devices, r.healthy, r.unhealthy, r.awaiting = next, healthy, unhealthy, nil

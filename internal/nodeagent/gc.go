@@ -17,6 +17,8 @@ limitations under the License.
 package nodeagent
 
 import (
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
+
 	"context"
 	"fmt"
 
@@ -93,5 +95,6 @@ func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.P
 	if err := m.persistUnsynced(); err != nil {
 		return fmt.Errorf("freeing the devices of %d inactive pods: %w", gone.Len(), err)
 	}
+	crashpoint.Hit(crashpoint.ReleaseFreed)
 	return nil
 }

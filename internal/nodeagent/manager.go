@@ -566,7 +566,7 @@ func (m *Manager) pluginListAndWatchReceiver(ctx context.Context, p registration
 	}
 	before := r.registeredIDs()
 	first := !r.reported
-	if r.applyDevices(devs, m.clock.Now()) {
+	if r.applyDevices(devs, m.clock.Now(), func(id string) bool { return m.holderLocked(name, id) != nil }) {
 		m.metrics.setResource(r)
 		m.notifyLocked(name)
 	}

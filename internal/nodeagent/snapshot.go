@@ -144,6 +144,25 @@ func (m *Manager) snapshotLocked(r *resourceState) ResourceSnapshot {
 			s.Devices = append(s.Devices, ds)
 		}
 	}
+	// Held devices the plugin no longer reports are shown as such, not
+	// hidden: unhealthy, with their holder, never allocatable.
+	for _, id := range m.pods.InUseIDs(r.name) {
+		if r.devices[id] != nil || r.awaiting[id] != nil {
+			continue
+		}
+		holder := m.holderLocked(r.name, id)
+		if holder == nil { // reserved by an allocation in flight, not held
+			continue
+		}
+		s.Allocated++
+		s.Devices = append(s.Devices, DeviceSnapshot{
+			ID: id, Health: Unhealthy, Reason: ReasonNotReported, Message: msgNotReported,
+			LastTransitionTime: r.missingSince[id], Holder: holder, Cordoned: cordons.Has(id),
+		})
+		if cordons.Has(id) {
+			s.Cordoned++
+		}
+	}
 	slices.SortFunc(s.Devices, func(a, b DeviceSnapshot) int { return strings.Compare(a.ID, b.ID) })
 	return s
 }

@@ -60,7 +60,7 @@ const (
 	nodeNameExtraKey = "authentication.kubernetes.io/node-name"
 	// agentQPS and agentBurst are the client rate limits of cmd/kubedevice-agent.
 	agentQPS   = 20
-	agentBurst = 50
+	agentBurst = 200
 	// agentDevices is the device count of the agent benchmarks' plugin: the 10 k devices per node
 	// the agent must support, 79 NodeDevice shards.
 	agentDevices = 10_000

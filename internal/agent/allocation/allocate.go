@@ -30,6 +30,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
@@ -38,6 +39,10 @@ import (
 type outcome struct {
 	alloc *nodeagent.PodAllocation
 	err   error
+	// prepared is set when the attempt allocated the pod's devices and made the PreStartContainer
+	// calls of their first starts (successful or not: a failed call is the PreStartContainer
+	// controller's to retry).
+	prepared bool
 }
 
 // allocate takes an active pod that asks for extended resources through its devices: allocated
@@ -64,7 +69,7 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	}
 
 	want := desiredStatus(pod, withClaims(out.alloc, claims), out.err, r.Clock.Now())
-	current, upToDate, err := kube.Fresh(ctx, r.apiReader, kube.DeviceAllocationGVK.Kind,
+	current, upToDate, err := kube.Fresh(ctx, r.apiReader, r.written, kube.DeviceAllocationGVK.Kind,
 		client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}, cached,
 		func(da *kdv1alpha1.DeviceAllocation) bool {
 			return metaUpToDate(da, pod) && statusUpToDate(da, stamped(want, da, da.Generation))
@@ -72,9 +77,10 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if !upToDate && out.err == nil && out.alloc != nil && !preStartDone(current, want) {
-		// Newly allocated: prepare the first start of the containers whose plugin requires
-		// PreStartContainer.
+	if !upToDate && out.err == nil && out.alloc != nil && !out.prepared && !preStartDone(current, want) {
+		// Allocated, and neither prepared by the attempt nor recorded (an agent restart between
+		// the allocation and its DeviceAllocation): prepare the first start of the containers
+		// whose plugin requires PreStartContainer.
 		r.PreStart.PrepareFirstStarts(ctx, pod, *out.alloc)
 	}
 	// The devices are allocated and prepared (or refused): containers may be created with them,
@@ -141,7 +147,9 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 	if current != nil {
 		generation = current.Generation
 	}
+	key := client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}
 	if current == nil || !metaUpToDate(current, pod) {
+		r.written.Wrote(key)
 		gen, err := kube.Apply(ctx, r.client, kube.DeviceAllocationGVK, newDeviceAllocation(pod))
 		if err != nil {
 			return err
@@ -153,13 +161,15 @@ func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1a
 		return nil
 	}
 	da := &kdv1alpha1.DeviceAllocation{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)), Namespace: pod.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
 		Status:     st,
 	}
+	r.written.Wrote(key)
 	if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, da); err != nil {
 		return err
 	}
 	if out.err == nil {
+		crashpoint.Hit(crashpoint.DeviceAllocationWritten)
 		ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", true)
 		return nil
 	}

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
 // attemptsPerResource is the number of pods whose allocation may wait on one resource's plugin at
@@ -45,6 +46,10 @@ const attemptsPerResource = 4
 type attempts struct {
 	core  Core
 	limit int
+	// prepare, when set, makes the PreStartContainer calls for the first start of the containers
+	// of a pod the attempt allocated: in the attempt, so a plugin hanging in PreStartContainer
+	// holds one of its own resource's attempts, as one hanging in Allocate does, never a worker.
+	prepare func(ctx context.Context, pod *corev1.Pod, alloc nodeagent.PodAllocation)
 
 	mu sync.Mutex
 	// ctx is the controller's: attempts outlive the reconcile that starts them, not the agent.
@@ -148,12 +153,19 @@ func (a *attempts) take(ctx context.Context, pod *corev1.Pod) (outcome, bool) {
 func (a *attempts) run(ctx context.Context, key types.NamespacedName, at *attempt, pod *corev1.Pod) {
 	defer a.wg.Done()
 	ctx, cancel := context.WithTimeout(ctx, podReconcileTimeout)
+	defer cancel()
+	_, heldBefore := a.core.PodAllocation(string(pod.UID))
 	err := a.core.AllocatePod(ctx, pod)
-	cancel()
 	out := outcome{err: err}
 	if alloc, held := a.core.PodAllocation(string(pod.UID)); held {
 		out.alloc = &alloc
+		if err == nil && !heldBefore && a.prepare != nil {
+			// Newly allocated by this attempt: prepare the containers' first starts.
+			a.prepare(ctx, pod, alloc)
+			out.prepared = true
+		}
 	}
+	cancel()
 
 	a.mu.Lock()
 	at.done, at.out = true, out

@@ -138,6 +138,9 @@ type reconciler struct {
 	refusals *refusalPacer
 	// attempts runs the core's allocations, off the workers.
 	attempts *attempts
+	// written lets kube.Fresh skip reading a DeviceAllocation the cache does not hold and the
+	// agent has not written lately.
+	written *kube.Written
 }
 
 // Setup adds the pod controller to mgr, whose cache must hold the node's pods and
@@ -151,7 +154,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		backoff:   workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryBaseDelay, retryMaxDelay),
 		refusals:  newRefusalPacer(opts.Clock),
 		attempts:  newAttempts(opts.Core, attemptsPerResource),
+		written:   kube.NewWritten(opts.Clock),
 	}
+	r.attempts.prepare = opts.PreStart.PrepareFirstStarts
 	if err := mgr.Add(manager.RunnableFunc(r.attempts.drain)); err != nil {
 		return err
 	}
@@ -271,7 +276,7 @@ func (r *reconciler) allocationsOf(ctx context.Context, key types.NamespacedName
 
 // release marks da Released and deletes it (kube.ReleaseDeviceAllocation).
 func (r *reconciler) release(ctx context.Context, cached *kdv1alpha1.DeviceAllocation, reason, message string) error {
-	return kube.ReleaseDeviceAllocation(ctx, r.client, r.apiReader, cached, reason, message, r.Clock.Now())
+	return kube.ReleaseDeviceAllocation(ctx, r.client, r.apiReader, r.written, cached, reason, message, r.Clock.Now())
 }
 
 // retriggerWaiting requeues, whenever resources change in the core (a plugin registers, devices

@@ -34,6 +34,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/contract"
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
@@ -245,7 +246,7 @@ func DeviceCount(containers []kdv1alpha1.ContainerAllocation) int {
 
 // ReleaseDeviceAllocation marks da Released and deletes it: two writes, so that a watcher sees why it went. It
 // decides on the object as the API server has it, as the cache may still show one already gone.
-func ReleaseDeviceAllocation(ctx context.Context, c client.Client, apiReader client.Reader, cached *kdv1alpha1.DeviceAllocation, reason, message string, now time.Time) error {
+func ReleaseDeviceAllocation(ctx context.Context, c client.Client, apiReader client.Reader, written *Written, cached *kdv1alpha1.DeviceAllocation, reason, message string, now time.Time) error {
 	if !cached.DeletionTimestamp.IsZero() {
 		return nil
 	}
@@ -264,13 +265,16 @@ func ReleaseDeviceAllocation(ctx context.Context, c client.Client, apiReader cli
 			ObjectMeta: metav1.ObjectMeta{Name: da.Name, Namespace: da.Namespace},
 			Status:     ReleasedDeviceAllocationStatus(da, reason, message, now),
 		}
+		written.Wrote(client.ObjectKeyFromObject(da))
 		if err := ApplyStatus(ctx, c, DeviceAllocationGVK, rel); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
 			return err
 		}
+		crashpoint.Hit(crashpoint.ReleaseMarked)
 	}
+	written.Wrote(client.ObjectKeyFromObject(da))
 	if err := Delete(ctx, c, DeviceAllocationGVK.Kind, da); err != nil {
 		return err
 	}

@@ -19,8 +19,10 @@ package mirror
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -118,6 +120,9 @@ type reconciler struct {
 	apiReader client.Reader
 	cordons   *cordonPush
 	pace      *pacer
+	// written lets kube.Fresh skip reading a shard the cache does not hold and the agent has not
+	// written lately: a first registration creates its shards without reading them first.
+	written *kube.Written
 }
 
 // Setup adds the NodeDevice mirror to mgr, whose cache must hold the node's NodeDevices and its
@@ -132,6 +137,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		apiReader: mgr.GetAPIReader(),
 		cordons:   newCordonPush(opts.Cordons),
 		pace:      newPacer(opts.WriteInterval, opts.Clock),
+		written:   kube.NewWritten(opts.Clock),
 	}
 	if err := mgr.Add(deviceInfoRunnable{src: &deviceInfoSource{node: opts.NodeName, core: opts.Core}}); err != nil {
 		return fmt.Errorf("adding the %s metric: %w", DeviceInfoMetric, err)
@@ -202,14 +208,13 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	info := r.Core.CheckpointInfo()
 	keep, remove := planShards(r.NodeName, snap, existing)
-	for _, p := range keep {
-		n, err := r.syncShard(ctx, node, snap, p, info)
-		writes += n
-		if err != nil {
-			return reconcile.Result{}, err
-		}
+	n, err := r.syncShards(ctx, node, snap, keep, info)
+	writes += n
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	for _, nd := range remove {
+		r.written.Wrote(client.ObjectKeyFromObject(nd))
 		if err := kube.Delete(ctx, r.client, kube.NodeDeviceGVK.Kind, nd); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -227,6 +232,7 @@ func (r *reconciler) deleteAll(ctx context.Context, existing []kdv1alpha1.NodeDe
 		if !existing[i].DeletionTimestamp.IsZero() {
 			continue
 		}
+		r.written.Wrote(client.ObjectKeyFromObject(&existing[i]))
 		if err := kube.Delete(ctx, r.client, kube.NodeDeviceGVK.Kind, &existing[i]); err != nil {
 			return writes, err
 		}
@@ -236,6 +242,30 @@ func (r *reconciler) deleteAll(ctx context.Context, existing []kdv1alpha1.NodeDe
 	return writes, nil
 }
 
+// shardWorkers is how many shards of a resource are written at once. Each write is one API
+// round trip (tens of milliseconds for a full shard's status on a busy API server), and a
+// registration of 10 000 devices writes 79 shards twice: one after another that alone is several
+// seconds. The client's rate limit still bounds the whole.
+const shardWorkers = 8
+
+// syncShards runs syncShard for every planned shard, shardWorkers at once, and returns the number
+// of writes; the first error stops the shards not started yet.
+func (r *reconciler) syncShards(ctx context.Context, node *corev1.Node, snap nodeagent.ResourceSnapshot,
+	plans []shardPlan, info nodeagent.CheckpointInfo) (int, error) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(shardWorkers)
+	var writes atomic.Int64
+	for _, p := range plans {
+		g.Go(func() error {
+			n, err := r.syncShard(gctx, node, snap, p, info)
+			writes.Add(int64(n))
+			return err
+		})
+	}
+	err := g.Wait()
+	return int(writes.Load()), err
+}
+
 // syncShard creates or fixes one shard's metadata and spec, then its status, each only if it
 // differs from the object, and returns the number of writes. The cached object decides when
 // nothing differs; otherwise the object is read from the API server first, as the cache may not
@@ -243,7 +273,7 @@ func (r *reconciler) deleteAll(ctx context.Context, existing []kdv1alpha1.NodeDe
 func (r *reconciler) syncShard(ctx context.Context, node *corev1.Node, snap nodeagent.ResourceSnapshot,
 	p shardPlan, info nodeagent.CheckpointInfo) (int, error) {
 	now := r.Clock.Now()
-	current, upToDate, err := kube.Fresh(ctx, r.apiReader, kube.NodeDeviceGVK.Kind, client.ObjectKey{Name: p.name}, p.current,
+	current, upToDate, err := kube.Fresh(ctx, r.apiReader, r.written, kube.NodeDeviceGVK.Kind, client.ObjectKey{Name: p.name}, p.current,
 		func(nd *kdv1alpha1.NodeDevice) bool {
 			return nodeDeviceMetaUpToDate(nd, node, snap.ResourceName, p.shard) &&
 				nodeDeviceStatusUpToDate(nd, r.desiredStatus(snap, p.devices, nd, info, nd.Generation, now))
@@ -258,6 +288,7 @@ func (r *reconciler) syncShard(ctx context.Context, node *corev1.Node, snap node
 		generation = current.Generation
 	}
 	if current == nil || !nodeDeviceMetaUpToDate(current, node, snap.ResourceName, p.shard) {
+		r.written.Wrote(client.ObjectKey{Name: p.name})
 		gen, err := kube.Apply(ctx, r.client, kube.NodeDeviceGVK, newNodeDevice(node, snap.ResourceName, p))
 		if err != nil {
 			return writes, err
@@ -272,6 +303,7 @@ func (r *reconciler) syncShard(ctx context.Context, node *corev1.Node, snap node
 		return writes, nil
 	}
 	nd := &kdv1alpha1.NodeDevice{ObjectMeta: metav1.ObjectMeta{Name: p.name}, Status: want}
+	r.written.Wrote(client.ObjectKey{Name: p.name})
 	if err := kube.ApplyStatus(ctx, r.client, kube.NodeDeviceGVK, nd); err != nil {
 		return writes, err
 	}

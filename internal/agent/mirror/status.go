@@ -263,16 +263,46 @@ func nodeDeviceStatusUpToDate(current *kdv1alpha1.NodeDevice, want kdv1alpha1.No
 	if current == nil {
 		return false
 	}
-	got := current.Status.DeepCopy()
-	got.Conditions = kube.OwnedConditions(got.Conditions, nodeDeviceConditions)
-	w := want.DeepCopy()
-	w.Conditions = kube.OwnedConditions(w.Conditions, nodeDeviceConditions)
-	for _, s := range []*kdv1alpha1.NodeDeviceStatus{got, w} {
-		if s.Checkpoint != nil {
-			s.Checkpoint.LastWriteTime = nil
-		}
+	// Shallow copies: a shard's status holds up to 128 devices, compared on every reconcile of
+	// its resource; copying them deeply and comparing them by reflection was most of the
+	// agent's allocations while a plugin registered.
+	got := current.Status
+	if !slices.EqualFunc(got.Devices, want.Devices, deviceStatusEqual) {
+		return false
 	}
-	return equality.Semantic.DeepEqual(got, w)
+	got.Devices, want.Devices = nil, nil
+	got.Conditions = kube.OwnedConditions(got.Conditions, nodeDeviceConditions)
+	want.Conditions = kube.OwnedConditions(want.Conditions, nodeDeviceConditions)
+	got.Checkpoint, want.Checkpoint = withoutWriteTime(got.Checkpoint), withoutWriteTime(want.Checkpoint)
+	return equality.Semantic.DeepEqual(got, want)
+}
+
+// deviceStatusEqual is equality.Semantic.DeepEqual for one device (times to the second, as the
+// API stores them; an empty NUMA list equal to none), without reflection.
+func deviceStatusEqual(a, b kdv1alpha1.DeviceStatus) bool {
+	return a.ID == b.ID && a.Health == b.Health && a.Reason == b.Reason && a.Message == b.Message &&
+		a.Cordoned == b.Cordoned && slices.Equal(a.NUMANodes, b.NUMANodes) &&
+		timesEqual(a.LastTransitionTime, b.LastTransitionTime) &&
+		(a.Holder == nil) == (b.Holder == nil) && (a.Holder == nil || *a.Holder == *b.Holder)
+}
+
+// timesEqual compares two optional times as equality.Semantic does.
+func timesEqual(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.UTC() == b.UTC()
+}
+
+// withoutWriteTime returns a copy of c without its last write time, which changes with every
+// checkpoint write and is not compared.
+func withoutWriteTime(c *kdv1alpha1.CheckpointStatus) *kdv1alpha1.CheckpointStatus {
+	if c == nil {
+		return nil
+	}
+	out := *c
+	out.LastWriteTime = nil
+	return &out
 }
 
 // apiTime returns t as the API stores it (whole seconds), or nil for the zero time.

@@ -108,7 +108,7 @@ func (r *allocations) Reconcile(ctx context.Context, req reconcile.Request) (rec
 		if pod != nil && da.Spec.PodUID == string(pod.UID) {
 			reason, message = kdv1alpha1.ReasonPodTerminated, fmt.Sprintf("Pod %s is %s; the kubelet frees its devices.", klog.KObj(pod), pod.Status.Phase)
 		}
-		if err := kube.ReleaseDeviceAllocation(ctx, r.client, r.apiReader, da, reason, message, now); err != nil {
+		if err := kube.ReleaseDeviceAllocation(ctx, r.client, r.apiReader, nil, da, reason, message, now); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -136,7 +136,7 @@ func (r *allocations) Reconcile(ctx context.Context, req reconcile.Request) (rec
 func (r *allocations) record(ctx context.Context, pod *corev1.Pod, cached *kdv1alpha1.DeviceAllocation, alloc nodeagent.PodAllocation, now time.Time) error {
 	want := observedStatus(pod, &alloc, now)
 	name := kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))
-	current, upToDate, err := kube.Fresh(ctx, r.apiReader, kube.DeviceAllocationGVK.Kind, client.ObjectKey{Namespace: pod.Namespace, Name: name}, cached,
+	current, upToDate, err := kube.Fresh(ctx, r.apiReader, nil, kube.DeviceAllocationGVK.Kind, client.ObjectKey{Namespace: pod.Namespace, Name: name}, cached,
 		func(da *kdv1alpha1.DeviceAllocation) bool {
 			return kube.DeviceAllocationMetaUpToDate(da, pod) &&
 				kube.DeviceAllocationStatusUpToDate(da, kube.StampDeviceAllocation(want, da, da.Generation))

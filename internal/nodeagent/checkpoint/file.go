@@ -17,6 +17,8 @@ limitations under the License.
 package checkpoint
 
 import (
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
+
 	"errors"
 	"fmt"
 	"io/fs"
@@ -68,6 +70,7 @@ func writeFileAtomic(path string, data []byte) (retErr error) {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("closing %s: %w", tmpPath, err)
 	}
+	crashpoint.Hit(crashpoint.SnapshotBeforeRename)
 	if err := os.Rename(tmpPath, path); err != nil {
 		return fmt.Errorf("renaming %s to %s: %w", tmpPath, path, err)
 	}
@@ -100,18 +103,56 @@ func syncDir(dir string) error {
 // sorts lexically in time order.
 const quarantineTimeFormat = "20060102T150405.000000000Z"
 
-// quarantine moves path aside to "<path>.corrupt-<UTC timestamp>" (with a
-// numeric suffix if that name is taken) and returns the new path.
-func quarantine(path string, now time.Time) (string, error) {
-	base := path + ".corrupt-" + now.UTC().Format(quarantineTimeFormat)
+// readOrQuarantine reads the checkpoint file at path and decodes it with
+// decode, the shape Journal.Read and Store.Read share. No file is an error
+// matching ErrNotFound. A file that cannot be read, or that decode refuses,
+// is moved aside to "<path>.corrupt-<UTC timestamp of now>" and reported as
+// a *CorruptError (its reason from decode's *decodeError, else
+// ReasonUnknownFormat) naming where it went: never empty state in place of a
+// file that could not be used.
+func readOrQuarantine(path string, now func() time.Time, decode func(blob []byte) (*Checkpoint, error)) (*Checkpoint, error) {
+	blob, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reading checkpoint %s: %w", path, ErrNotFound)
+	}
+	var cerr *CorruptError
+	var cp *Checkpoint
+	if err != nil {
+		cerr = &CorruptError{Path: path, Reason: ReasonUnreadable, Err: err}
+	} else if cp, err = decode(blob); err != nil {
+		cerr = asCorrupt(path, err)
+	}
+	if cerr == nil {
+		return cp, nil
+	}
+	moved, qerr := quarantine(path, now())
+	cerr.QuarantinedPath = moved
+	if qerr != nil {
+		cerr.Err = errors.Join(cerr.Err, qerr)
+	}
+	return nil, cerr
+}
+
+// freeName returns base, or base with the first numeric suffix ("-2",
+// "-3", ...) no file has, for a file set aside.
+func freeName(base string) (string, error) {
 	target := base
 	for i := 2; ; i++ {
 		if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
-			break
+			return target, nil
 		} else if err != nil {
-			return "", fmt.Errorf("checking quarantine path %s: %w", target, err)
+			return "", fmt.Errorf("checking %s: %w", target, err)
 		}
 		target = base + "-" + strconv.Itoa(i)
+	}
+}
+
+// quarantine moves path aside to "<path>.corrupt-<UTC timestamp>" (with a
+// numeric suffix if that name is taken) and returns the new path.
+func quarantine(path string, now time.Time) (string, error) {
+	target, err := freeName(path + ".corrupt-" + now.UTC().Format(quarantineTimeFormat))
+	if err != nil {
+		return "", err
 	}
 	if err := os.Rename(path, target); err != nil {
 		return "", fmt.Errorf("moving %s aside: %w", path, err)

@@ -124,6 +124,16 @@ func corrupt(reason CorruptReason, format string, args ...any) error {
 	return &decodeError{reason: reason, err: fmt.Errorf(format, args...)}
 }
 
+// decodeVersion1 decodes a format-1 file into a Checkpoint (Rebooted is the
+// reader's to set).
+func decodeVersion1(blob []byte) (*Checkpoint, error) {
+	d, err := decode(blob)
+	if err != nil {
+		return nil, err
+	}
+	return &Checkpoint{State: d.state, BootID: d.bootID, WrittenAt: d.writtenAt, Format: Version}, nil
+}
+
 // decode parses a checkpoint file of any supported version, verifying its
 // checksum. Every failure is a *decodeError.
 func decode(blob []byte) (*decoded, error) {

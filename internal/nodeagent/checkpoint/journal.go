@@ -17,10 +17,11 @@ limitations under the License.
 package checkpoint
 
 import (
+	"github.com/kubedevice/kubedevice/internal/crashpoint"
+
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -194,6 +195,7 @@ func (j *Journal) Append(b Batch, sync bool) error {
 	}
 	j.size += int64(len(frame))
 	if sync {
+		crashpoint.Hit(crashpoint.JournalAppended)
 		return j.syncLocked()
 	}
 	return nil
@@ -263,43 +265,27 @@ type TornTail struct {
 func (j *Journal) Read() (*Checkpoint, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	blob, err := os.ReadFile(j.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("reading checkpoint %s: %w", j.path, ErrNotFound)
-	}
-	var cerr *CorruptError
-	var cp *Checkpoint
-	switch {
-	case err != nil:
-		cerr = &CorruptError{Path: j.path, Reason: ReasonUnreadable, Err: err}
-	case len(blob) >= len(journalMagic) && bytes.HasPrefix(blob, []byte(journalMagic[:len(journalMagic)-1])) && !bytes.HasPrefix(blob, []byte(journalMagic)):
-		cerr = &CorruptError{Path: j.path, Reason: ReasonUnknownVersion, Err: fmt.Errorf("format version %d is not supported (this agent reads versions %d and %d)", blob[len(journalMagic)-1], Version, JournalVersion)}
-	case bytes.HasPrefix(blob, []byte(journalMagic)):
-		var jd *journalDecoded
-		if jd, err = decodeJournal(blob); err != nil {
-			cerr = asCorrupt(j.path, err)
-		} else {
-			cp = &Checkpoint{State: jd.state, BootID: jd.bootID, WrittenAt: jd.writtenAt, Format: JournalVersion}
+	cp, err := readOrQuarantine(j.path, j.clock.Now, func(blob []byte) (*Checkpoint, error) {
+		switch {
+		case len(blob) >= len(journalMagic) && bytes.HasPrefix(blob, []byte(journalMagic[:len(journalMagic)-1])) && !bytes.HasPrefix(blob, []byte(journalMagic)):
+			return nil, &decodeError{reason: ReasonUnknownVersion, err: fmt.Errorf("format version %d is not supported (this agent reads versions %d and %d)", blob[len(journalMagic)-1], Version, JournalVersion)}
+		case bytes.HasPrefix(blob, []byte(journalMagic)):
+			jd, err := decodeJournal(blob)
+			if err != nil {
+				return nil, err
+			}
+			cp := &Checkpoint{State: jd.state, BootID: jd.bootID, WrittenAt: jd.writtenAt, Format: JournalVersion}
 			if jd.tornAt >= 0 {
 				cp.TornTail = &TornTail{Offset: jd.tornAt, Bytes: int64(len(blob)) - jd.tornAt}
 				cp.TornTail.SavedPath, cp.TornTail.SaveErr = saveCopy(j.path, ".torn-", blob, j.clock.Now())
 			}
+			return cp, nil
+		default:
+			return decodeVersion1(blob)
 		}
-	default:
-		var d *decoded
-		if d, err = decode(blob); err != nil {
-			cerr = asCorrupt(j.path, err)
-		} else {
-			cp = &Checkpoint{State: d.state, BootID: d.bootID, WrittenAt: d.writtenAt, Format: Version}
-		}
-	}
-	if cerr != nil {
-		moved, qerr := quarantine(j.path, j.clock.Now())
-		cerr.QuarantinedPath = moved
-		if qerr != nil {
-			cerr.Err = errors.Join(cerr.Err, qerr)
-		}
-		return nil, cerr
+	})
+	if err != nil {
+		return nil, err
 	}
 	cp.Rebooted = cp.BootID != j.bootID
 	return cp, nil
@@ -308,15 +294,9 @@ func (j *Journal) Read() (*Checkpoint, error) {
 // saveCopy writes blob, durably, to "<path><infix><UTC timestamp>" (with a
 // numeric suffix if taken) and returns that path.
 func saveCopy(path, infix string, blob []byte, now time.Time) (string, error) {
-	base := path + infix + now.UTC().Format(quarantineTimeFormat)
-	target := base
-	for i := 2; ; i++ {
-		if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
-			break
-		} else if err != nil {
-			return "", fmt.Errorf("checking %s: %w", target, err)
-		}
-		target = fmt.Sprintf("%s-%d", base, i)
+	target, err := freeName(path + infix + now.UTC().Format(quarantineTimeFormat))
+	if err != nil {
+		return "", err
 	}
 	if err := writeFileAtomic(target, blob); err != nil {
 		return "", err

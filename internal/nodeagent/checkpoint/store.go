@@ -19,7 +19,6 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,30 +153,10 @@ func (s *Store) Write(state State) error {
 func (s *Store) Read() (*Checkpoint, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	blob, err := os.ReadFile(s.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("reading checkpoint %s: %w", s.path, ErrNotFound)
-	}
-	var cerr *CorruptError
-	var d *decoded
+	cp, err := readOrQuarantine(s.path, s.clock.Now, decodeVersion1)
 	if err != nil {
-		cerr = &CorruptError{Path: s.path, Reason: ReasonUnreadable, Err: err}
-	} else if d, err = decode(blob); err != nil {
-		cerr = asCorrupt(s.path, err)
+		return nil, err
 	}
-	if cerr != nil {
-		moved, qerr := quarantine(s.path, s.clock.Now())
-		cerr.QuarantinedPath = moved
-		if qerr != nil {
-			cerr.Err = errors.Join(cerr.Err, qerr)
-		}
-		return nil, cerr
-	}
-	return &Checkpoint{
-		State:     d.state,
-		BootID:    d.bootID,
-		WrittenAt: d.writtenAt,
-		Rebooted:  d.bootID != s.bootID,
-		Format:    Version,
-	}, nil
+	cp.Rebooted = cp.BootID != s.bootID
+	return cp, nil
 }

@@ -279,6 +279,16 @@ func (s *Store) InUse(resource, id string) bool {
 	return s.owners[resource][id] != nil
 }
 
+// InUseIDs returns the IDs of the devices of resource committed or
+// reserved, in no particular order.
+func (s *Store) InUseIDs(resource string) []string {
+	ids := make([]string, 0, len(s.owners[resource]))
+	for id := range s.owners[resource] {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // InUseCount returns the number of devices of resource committed or
 // reserved.
 func (s *Store) InUseCount(resource string) int {

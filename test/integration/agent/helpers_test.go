@@ -20,7 +20,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,8 +148,11 @@ type nodeAgent struct {
 	node *corev1.Node
 	dm   *nodeagent.Manager
 	stop func()
-	// options adjust the agent's options.
+	// options adjust the agent's options; core adjusts the core's configuration.
 	options []func(*agent.Options)
+	core    func(*nodeagent.Config)
+	// apiHost, when set, is where the agent reaches the API server (a proxy the spec can cut).
+	apiHost string
 	// logs holds what the agent's managers logged, as they also write it to GinkgoWriter.
 	logs *logBuffer
 }
@@ -175,12 +180,22 @@ func (b *logBuffer) String() string {
 // default) and options; both go away after the spec.
 func newNodeAgent(grace time.Duration, options ...func(*agent.Options)) *nodeAgent {
 	GinkgoHelper()
+	return newNodeAgentWith(grace, nil, options...)
+}
+
+// newNodeAgentWith is newNodeAgent with setup (if not nil) applied to the nodeAgent before its
+// agent first starts: to set its core's configuration or where it reaches the API server.
+func newNodeAgentWith(grace time.Duration, setup func(*nodeAgent), options ...func(*agent.Options)) *nodeAgent {
+	GinkgoHelper()
 	dir, err := os.MkdirTemp("", "kd")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, dir)
 	Expect(os.WriteFile(filepath.Join(dir, "boot_id"), []byte("3d1c6a3e-6a5f-4f7e-9d2c-1b2a3c4d5e6f\n"), 0o600)).To(Succeed())
 
 	n := &nodeAgent{name: uniqueName("node"), dir: dir, grace: grace, writes: &writeCounter{counts: map[string]int{}}, options: options, logs: &logBuffer{}}
+	if setup != nil {
+		setup(n)
+	}
 	n.node = testutil.MakeNode(n.name).Obj()
 	Expect(k8sClient.Create(ctx, n.node)).To(Succeed())
 	DeferCleanup(func() {
@@ -221,6 +236,9 @@ func (n *nodeAgent) start() {
 			opts.DRA.CDIDir = filepath.Join(n.dir, "cdi")
 		}
 	}
+	if n.core != nil {
+		n.core(&core)
+	}
 	dm, err := nodeagent.New(core)
 	Expect(err).NotTo(HaveOccurred())
 
@@ -231,6 +249,9 @@ func (n *nodeAgent) start() {
 		Extra:    map[string][]string{nodeNameExtraKey: {n.name}},
 	}
 	asAgent.WrapTransport = n.writes.wrap
+	if n.apiHost != "" {
+		asAgent.Host = n.apiHost
+	}
 	mgr, err := ctrl.NewManager(asAgent, ctrl.Options{
 		Scheme:                 testEnv.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -434,4 +455,86 @@ func loadManifests(paths ...string) []*unstructured.Unstructured {
 	objs, err := testutil.LoadManifests(paths...)
 	Expect(err).NotTo(HaveOccurred())
 	return objs
+}
+
+// cutProxy forwards TCP connections to the API server until it is cut: then it closes every
+// connection and stops listening, so the agent behind it finds the API server unreachable, until
+// it is restored on the same address.
+type cutProxy struct {
+	target, addr string
+	mu           sync.Mutex
+	ln           net.Listener
+	conns        map[net.Conn]struct{}
+}
+
+// newCutProxy starts a proxy to the API server of cfg and returns it; it stops after the spec.
+func newCutProxy() *cutProxy {
+	GinkgoHelper()
+	u, err := url.Parse(cfg.Host)
+	Expect(err).NotTo(HaveOccurred())
+	p := &cutProxy{target: u.Host, conns: map[net.Conn]struct{}{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	DeferCleanup(p.cut)
+	return p
+}
+
+// host is the proxy's address as a rest.Config Host.
+func (p *cutProxy) host() string { return "https://" + p.addr }
+
+func (p *cutProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.ln != ln {
+				p.mu.Unlock()
+				c.Close()
+				up.Close()
+				return
+			}
+			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+// cut closes the listener and every connection.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// restore listens again on the same address.
+func (p *cutProxy) restore() {
+	GinkgoHelper()
+	var ln net.Listener
+	Eventually(func() (err error) {
+		ln, err = net.Listen("tcp", p.addr)
+		return err
+	}).Should(Succeed())
+	p.serve(ln)
 }

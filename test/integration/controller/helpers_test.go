@@ -18,6 +18,9 @@ package controller
 
 import (
 	"fmt"
+	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -313,3 +316,37 @@ func loadManifests(paths ...string) []*unstructured.Unstructured {
 	Expect(err).NotTo(HaveOccurred())
 	return objs
 }
+
+// controllerWrites counts the controller's status writes to NodeDevices, by object name, from its
+// HTTP transport: what the API server is asked, whether or not the write changes anything.
+var controllerWrites = &statusWrites{counts: map[string]int{}}
+
+type statusWrites struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// wrap is a rest.Config WrapTransport.
+func (w *statusWrites) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+		// /apis/kubedevice.io/v1alpha1/nodedevices/<name>/status
+		if req.Method == http.MethodPatch && len(parts) == 6 && parts[3] == "nodedevices" && parts[5] == "status" {
+			w.mu.Lock()
+			w.counts[parts[4]]++
+			w.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// of returns the status writes to the NodeDevice named name so far.
+func (w *statusWrites) of(name string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts[name]
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

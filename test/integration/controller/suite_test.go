@@ -116,7 +116,9 @@ var _ = AfterSuite(func() {
 // the controller's service account, and returns the function that stops it.
 func startManager() func() {
 	opts := kdcontroller.Options{AgentNamespace: agentNamespace, AgentLeaseDuration: leaseDuration, Clock: fakeClock}
-	mgr, err := ctrl.NewManager(serviceAccountConfig(controllerUser, nil), ctrl.Options{
+	mgrCfg := serviceAccountConfig(controllerUser, nil)
+	mgrCfg.Wrap(controllerWrites.wrap)
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme:                        testEnv.Scheme,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",

@@ -1,0 +1,21 @@
+/*
+Copyright 2026 The kubedevice Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package celfuzz fuzzes the validation of the NodeDevice CRD — its OpenAPI schema and its CEL
+// rules — through a real kube-apiserver (envtest): every resource name the agent accepts from a
+// plugin can be mirrored, every name the API server takes satisfies the documented rules, and the
+// immutable fields stay immutable.
+package celfuzz
