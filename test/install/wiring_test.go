@@ -134,24 +134,10 @@ func TestAgentIsWiredToTheNode(t *testing.T) {
 			if f["runtime-injection"] != "nri" && f["runtime-injection"] != "none" {
 				t.Errorf("--runtime-injection=%q, want nri or none", f["runtime-injection"])
 			}
-			// With --dra-resources the agent writes a CDI spec per prepared claim in --cdi-dir and
-			// serves the kubelet from its plugin directories: all three mounted from the same host
-			// paths, writable.
-			dra := f["dra-resources"] != ""
-			if dra {
-				for _, flag := range []string{"kubelet-plugins-dir", "kubelet-registry-dir", "cdi-dir"} {
-					if host, ro := hostPathAt(spec, c, f[flag]); f[flag] == "" || host != f[flag] || ro {
-						t.Errorf("--%s=%s with --dra-resources: mounted from host path %q (read-only %v), want the same path, writable", flag, f[flag], host, ro)
-					}
-				}
-			}
 			for _, m := range []struct {
 				dir      string
 				readOnly bool
 			}{{nriDir, false}, {"/etc/cdi", true}, {"/var/run/cdi", true}, {"/dev", true}} {
-				if dra && m.dir == f["cdi-dir"] {
-					continue // checked above
-				}
 				host, ro := hostPathAt(spec, c, m.dir)
 				switch {
 				case injects && (host != m.dir || ro != m.readOnly):
@@ -308,15 +294,9 @@ func TestImagePathsAgree(t *testing.T) {
 // defaults on purpose: the in-cluster configuration, logging, --nri-host-root (the agent sees
 // the host's /dev at /dev), --allocate-policy (an administrator's opt-in file, mounted by
 // them; without it the agent checks the structure of Allocate responses only: docs/design.md,
-// "Trust model"), --topology-policy-options (none means the kubelet's defaults; the chart
-// passes agent.topologyPolicyOptions only when set, and config/agent shows it commented out), and
-// the DRA flags (no resource is served through DRA by default; the chart passes them with
-// agent.draResources, kustomize with the component config/components/dra).
+// "Trust model"), and --topology-policy-options (none means the kubelet's defaults; the chart
+// passes agent.topologyPolicyOptions only when set, and config/agent shows it commented out).
 var omittedFlags = map[string]bool{
-	"dra-resources":           true,
-	"kubelet-plugins-dir":     true,
-	"kubelet-registry-dir":    true,
-	"cdi-dir":                 true,
 	"allocate-policy":         true,
 	"topology-policy-options": true,
 	"kubeconfig":              true,
