@@ -134,10 +134,23 @@ func TestAgentIsWiredToTheNode(t *testing.T) {
 			if f["runtime-injection"] != "nri" && f["runtime-injection"] != "none" {
 				t.Errorf("--runtime-injection=%q, want nri or none", f["runtime-injection"])
 			}
+			dra := f["dra-resources"] != ""
+			if dra {
+				// The DRA driver writes a CDI spec per claim, and the kubelet dials its socket and
+				// reads its registration by the paths it names: each the same path, writable.
+				for _, dir := range []string{f["cdi-dir"], f["kubelet-plugins-dir"], f["kubelet-registry-dir"]} {
+					if host, ro := hostPathAt(spec, c, dir); dir == "" || host != dir || ro {
+						t.Errorf("serving through DRA, %q is mounted from host path %q (read-only %v), want the same path, writable", dir, host, ro)
+					}
+				}
+			}
 			for _, m := range []struct {
 				dir      string
 				readOnly bool
 			}{{nriDir, false}, {"/etc/cdi", true}, {"/var/run/cdi", true}, {"/dev", true}} {
+				if dra && m.dir == f["cdi-dir"] {
+					continue
+				}
 				host, ro := hostPathAt(spec, c, m.dir)
 				switch {
 				case injects && (host != m.dir || ro != m.readOnly):
@@ -311,6 +324,14 @@ var omittedFlags = map[string]bool{
 	"observe-resources":            true,
 	"kubelet-pod-resources-socket": true,
 	"kubelet-checkpoint":           true,
+	// DRA's: config/components/dra passes them (the chart with agent.draResources); config/default
+	// serves every resource through node capacity.
+	"dra-resources":        true,
+	"kubelet-plugins-dir":  true,
+	"kubelet-registry-dir": true,
+	"cdi-dir":              true,
+	// Profiling, off unless asked for.
+	"pprof-bind-address": true,
 }
 
 // binaryFlags builds the commands and returns the names of the flags each defines, from its -h
