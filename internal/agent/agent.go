@@ -101,6 +101,8 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 		if err := dra.Setup(mgr, d); err != nil {
 			return nil, fmt.Errorf("setting up the DRA kubelet plugin: %w", err)
 		}
+	} else if err := dra.SetupWithdrawal(mgr, opts.NodeName, gate); err != nil {
+		return nil, fmt.Errorf("setting up the removal of old ResourceSlices: %w", err)
 	}
 	if err := mgr.Add(&leaseRenewer{opts: opts, gate: gate, client: mgr.GetClient(), apiReader: mgr.GetAPIReader()}); err != nil {
 		return nil, fmt.Errorf("adding the agent's Lease: %w", err)

@@ -394,26 +394,18 @@ func (m *Manager) Claim(uid string) (ClaimAllocation, bool) {
 	return m.claimAllocationLocked(key), true
 }
 
-// Claims returns every prepared claim, sorted by namespace, name and UID.
-func (m *Manager) Claims() []ClaimAllocation {
+// ClaimNamed returns what the prepared claim namespace/name holds; false if
+// no claim of that name holds anything. It costs a walk of the pods' and
+// claims' names.
+func (m *Manager) ClaimNamed(namespace, name string) (ClaimAllocation, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []ClaimAllocation
-	for key := range m.pods.Pods() {
-		if IsClaimKey(key) {
-			out = append(out, m.claimAllocationLocked(key))
+	for key, ref := range m.podRefs {
+		if IsClaimKey(key) && ref.Namespace == namespace && ref.Name == name && m.pods.HasPod(key) {
+			return m.claimAllocationLocked(key), true
 		}
 	}
-	slices.SortFunc(out, func(a, b ClaimAllocation) int {
-		if c := strings.Compare(a.Claim.Namespace, b.Claim.Namespace); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Claim.Name, b.Claim.Name); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Claim.UID, b.Claim.UID)
-	})
-	return out
+	return ClaimAllocation{}, false
 }
 
 // claimAllocationLocked builds the committed allocation of the claim under

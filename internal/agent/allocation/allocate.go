@@ -59,13 +59,16 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 		// Allocating, or waiting for room on a resource: the pod is requeued when that ends.
 		return reconcile.Result{}, nil
 	}
-	if out.err == nil && out.alloc == nil && cached == nil {
+	// Devices the pod holds through DRA claims are shown in its DeviceAllocation too, but never
+	// injected nor prepared here: the kubelet gives them through CDI.
+	claims := claimDevices(r.Core.ClaimNamed, pod)
+	if out.err == nil && out.alloc == nil && claims == nil && cached == nil {
 		// The pod holds nothing from a device plugin: nothing to record.
 		r.Injection.Record(pod, nil, nil)
 		return reconcile.Result{}, nil
 	}
 
-	want := desiredStatus(pod, out.alloc, out.err, r.Clock.Now())
+	want := desiredStatus(pod, withClaims(out.alloc, claims), out.err, r.Clock.Now())
 	current, upToDate, err := kube.Fresh(ctx, r.apiReader, r.written, kube.DeviceAllocationGVK.Kind,
 		client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}, cached,
 		func(da *kdv1alpha1.DeviceAllocation) bool {

@@ -81,6 +81,9 @@ type Core interface {
 	// Subscribe tells which resources changed (a plugin registered, devices freed, healthy or
 	// uncordoned again).
 	Subscribe() *nodeagent.Subscription
+	// ClaimNamed is what the ResourceClaim namespace/name the DRA flow prepared holds; false when
+	// nothing: the pod's DeviceAllocation shows devices of both paths.
+	ClaimNamed(namespace, name string) (nodeagent.ClaimAllocation, bool)
 }
 
 // Injection is what the allocation flow tells runtime injection of each pod, so that the NRI
@@ -200,7 +203,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil || !active {
 		return reconcile.Result{}, err
 	}
-	if len(kube.RequestedResources(pod)) == 0 {
+	if len(kube.RequestedResources(pod)) == 0 && !usesClaims(pod) {
 		r.Injection.Record(pod, nil, nil)
 		return reconcile.Result{}, nil
 	}

@@ -47,6 +47,11 @@ limitations under the License.
 // allocated all at once or not at all, by one AllocatePod call. When the agent stops, no attempt
 // starts and those in flight are cancelled and awaited.
 //
+// A pod holding devices through DRA ResourceClaims the agent prepared (the DRA flow) gets them
+// listed in its DeviceAllocation too, by container (claims.go: Core.ClaimNamed, the containers'
+// resources.claims, the scheduler's extended-resource request mappings); they are never
+// recorded for injection nor prepared here, the kubelet hands them to the runtime through CDI.
+//
 // When a pod ends its DeviceAllocation is marked Released, then deleted. PodAllocationsOf turns
 // DeviceAllocations back into the core's records, for the agent's start-up to rebuild a corrupt
 // checkpoint.

@@ -71,9 +71,15 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	var results []resourceapi.DeviceRequestAllocationResult
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver == DriverName {
-			results = append(results, r)
+		if r.Driver != DriverName {
+			continue
 		}
+		if r.AdminAccess != nil && *r.AdminAccess {
+			// Admin access shares a device another claim may hold; a device plugin's Allocate
+			// hands a device to one container at a time.
+			return nil, fmt.Errorf("claim %s/%s: admin access to device %s/%s is not supported by the %s driver", claim.Namespace, claim.Name, r.Pool, r.Device, DriverName)
+		}
+		results = append(results, r)
 	}
 	if len(results) == 0 {
 		return nil, nil

@@ -36,6 +36,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/ptr"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
@@ -49,7 +50,7 @@ const (
 
 // node is a real core with real stub plugins over unix sockets, and the DRA driver over it.
 type node struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	dir     string
 	cdiDir  string
@@ -60,7 +61,7 @@ type node struct {
 	plugins []*dptest.Plugin
 }
 
-func newNode(t *testing.T, dir string) *node {
+func newNode(t testing.TB, dir string) *node {
 	t.Helper()
 	if dir == "" {
 		dir = dptest.ShortTempDir(t)
@@ -327,6 +328,12 @@ func TestPrepareFailure(t *testing.T) {
 	}
 	if _, ok := n.core.Claim(string(c.UID)); ok {
 		t.Error("the failed claim holds devices")
+	}
+	// Admin access is refused: a device plugin hands a device to one container at a time.
+	admin := claim("aaaaaaaa-0000-4000-8000-000000000006", "c6", gopher, map[string][]string{"r": {"gopher-0"}})
+	admin.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
+	if r := n.prepare(admin); r.Err == nil || !strings.Contains(r.Err.Error(), "admin access") {
+		t.Errorf("prepare with admin access = %v", r.Err)
 	}
 	// A device name that is not published is refused.
 	bad := claim("aaaaaaaa-0000-4000-8000-000000000005", "c5", gopher, map[string][]string{"r": {"nope"}})

@@ -17,6 +17,7 @@ limitations under the License.
 package agent
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,7 +34,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -209,6 +212,19 @@ var _ = Describe("The DRA flow", func() {
 		}).Should(Succeed())
 	})
 
+	It("removes its node's slices when it restarts serving nothing through DRA", func() {
+		n := newNodeAgent(0, withDRA(string(gopher)))
+		p := n.plugin(gopher, gophers("g", 2))
+		n.register(p)
+		Eventually(deviceOf(n.name, string(gopher), "g-1")).ShouldNot(BeNil())
+		n.options = nil
+		n.restart()
+		Eventually(func() (int, error) {
+			all, err := slicesOf(n.name)()
+			return len(all), err
+		}).Should(BeZero())
+	})
+
 	It("publishes nothing for resources served through node capacity", func() {
 		n := newNodeAgent(0, withDRA("other.example.com/*"))
 		p := n.plugin(gopher, gophers("g", 2))
@@ -303,6 +319,21 @@ var _ = Describe("The DRA kubelet plugin", func() {
 		Expect(spec).To(BeAnExistingFile())
 		Expect(os.ReadFile(spec)).To(ContainSubstring("gopher-1"))
 
+		By("the pod using the claim gets a DeviceAllocation naming its gopher once it runs")
+		w := testutil.MakePod("claimant", ns).Node(n.name)
+		pod := w.Obj()
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gopher", ResourceClaimName: ptr.To(claim.Name)}}
+		pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gopher"}}
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		pod.Status.Phase = corev1.PodRunning
+		Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			da := allocated(pod)
+			g.Expect(da.Status.Summary).To(Equal(string(gopher) + "=gopher-1"))
+			g.Expect(da.Status.Containers).To(HaveLen(1))
+			g.Expect(da.Status.Containers[0].Name).To(Equal(pod.Spec.Containers[0].Name))
+		}).Should(Succeed())
+
 		By("the NodeDevice shows the claim holding the device; a second claim cannot have it")
 		Eventually(func() (string, error) {
 			nd, err := n.nodeDevice(gopher, 0)()
@@ -326,6 +357,33 @@ var _ = Describe("The DRA kubelet plugin", func() {
 		resp, err = call().NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ns, Name: other.Name, Uid: string(other.UID)}}})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(resp.GetClaims()[string(other.UID)].GetError()).To(ContainSubstring(`device "gopher-1" is held by ResourceClaim ` + ns + "/one-gopher"))
+
+		By("the health service reports the devices' health, and a change at once")
+		conn, err := grpc.NewClient("unix://"+filepath.Join(n.dir, "plugins", dra.DriverName, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(conn.Close)
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		DeferCleanup(stopWatch)
+		stream, err := drahealth.NewDRAResourceHealthClient(conn).NodeWatchResources(watchCtx, &drahealth.NodeWatchResourcesRequest{})
+		Expect(err).NotTo(HaveOccurred())
+		healthOf := func(name string) (drahealth.HealthStatus, string) {
+			GinkgoHelper()
+			msg, err := stream.Recv()
+			Expect(err).NotTo(HaveOccurred())
+			for _, d := range msg.GetDevices() {
+				if d.GetDevice().GetPoolName() == string(gopher) && d.GetDevice().GetDeviceName() == name {
+					return d.GetHealth(), d.GetMessage()
+				}
+			}
+			return drahealth.HealthStatus_UNKNOWN, "not reported"
+		}
+		Expect(healthOf("gopher-1")).To(Equal(drahealth.HealthStatus_HEALTHY))
+		sick := gophers("gopher", 2)
+		sick[1] = dptest.Device("gopher-1", pluginapi.Unhealthy)
+		p.Update(sick)
+		Eventually(func() drahealth.HealthStatus { h, _ := healthOf("gopher-1"); return h }).Should(Equal(drahealth.HealthStatus_UNHEALTHY))
+		stopWatch()
+		p.Update(devs)
 
 		By("the agent restarts: prepare again answers from the checkpoint, unprepare frees")
 		n.restart()
