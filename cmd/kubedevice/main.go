@@ -111,6 +111,9 @@ The kubeconfig of the cluster's admin is <workdir>/kubeconfig; each component lo
 		"How long each step may wait for what it waits for (the control plane to start, a pod to be bound, ...).")
 	f.BoolVar(&opts.ExitAfterDemo, "exit-after-demo", false,
 		"Stop everything after the demo, and exit 0 only if it showed what it should.")
+	f.BoolVar(&opts.DRA, "dra", false,
+		"Serve the Gopher's resource through DRA (the agent with --dra-resources=example.com/gopher, two gophers): show its ResourceSlices, "+
+			"and the scheduler allocating one gopher to a pod with plain limits and one to a ResourceClaim, instead of the device plugin path.")
 	f.StringArrayVar(&opts.Plugins, "plugin", nil,
 		"A device plugin's command line (run with sh -c) to run beside the Gopher, pointed at the agent's plugin directory: "+
 			"{plugin-dir} in it is replaced by the directory, and KUBEDEVICE_PLUGIN_DIR is set. The demo creates a pod asking for one device of its resource. Repeatable.")

@@ -39,6 +39,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
 // Defaults of Options.
@@ -95,6 +96,10 @@ type Options struct {
 	// directory is bind-mounted on /var/lib/kubelet/device-plugins (Linux, root), for plugins that
 	// cannot be told where it is.
 	PluginMountNamespace bool
+	// DRA runs the agent as the DRA driver kubedevice.io for the Gopher's resource, with two
+	// gophers: the demo shows the ResourceSlices and the scheduler allocating one gopher to a pod
+	// with plain limits and one to a ResourceClaim, instead of the device plugin path.
+	DRA bool
 	// Out receives the progress, the tables and the checks. Default os.Stdout.
 	Out io.Writer
 }
@@ -194,6 +199,16 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := d.start(ctx); err != nil {
 		return err
 	}
+	if opts.DRA {
+		obs, err := d.showDRA(ctx)
+		if err != nil {
+			return err
+		}
+		if opts.ExitAfterDemo {
+			return d.checkDRA(obs)
+		}
+		return d.serve(ctx)
+	}
 	obs, err := d.show(ctx)
 	if err != nil {
 		return err
@@ -220,6 +235,9 @@ func (d *dev) header() {
 	w := d.opts.Out
 	fmt.Fprintf(w, "kubedevice dev: etcd, kube-apiserver and kube-scheduler, the kubedevice controller, and node %s\n", NodeName)
 	fmt.Fprintf(w, "with the kubedevice agent as its device manager and the Gopher device plugin (no kubelet, no containers).\n")
+	if d.opts.DRA {
+		fmt.Fprintf(w, "DRA: the agent is the DRA driver %s for %s; the scheduler allocates the gophers to ResourceClaims.\n", contract.DRADriverName, ResourceName)
+	}
 	if n := len(d.opts.Plugins) + len(d.opts.PluginSockets); n > 0 {
 		fmt.Fprintf(w, "Beside the Gopher, %d plugin(s) of yours, pointed at the agent's plugin directory %s (logs: plugin-<n>.log).\n", n, d.l.pluginDir())
 	}
@@ -288,23 +306,37 @@ func (d *dev) start(ctx context.Context) error {
 	if err := p.run("Starting "+agentName+" on "+NodeName, d.startAgent(ctx)); err != nil {
 		return err
 	}
-	if err := p.run("Starting "+pluginName+" with "+GopherID, d.startPlugin(ctx)); err != nil {
+	if err := p.run("Starting "+pluginName+" with "+strings.Join(d.gophers(), ", "), d.startPlugin(ctx)); err != nil {
 		return err
 	}
-	if err := p.run("Publishing "+ResourceName+" on node "+NodeName, d.waitNodeCapacity(ctx)); err != nil {
-		return err
-	}
-	if err := p.run("Creating "+PodName, d.runPod(ctx)); err != nil {
-		return err
-	}
-	if err := p.run("Creating "+PendingPodName, d.runPendingPod(ctx)); err != nil {
-		return err
+	if d.opts.DRA {
+		if err := d.runDRA(ctx); err != nil {
+			return err
+		}
+	} else {
+		if err := p.run("Publishing "+ResourceName+" on node "+NodeName, d.waitNodeCapacity(ctx)); err != nil {
+			return err
+		}
+		if err := p.run("Creating "+PodName, d.runPod(ctx)); err != nil {
+			return err
+		}
+		if err := p.run("Creating "+PendingPodName, d.runPendingPod(ctx)); err != nil {
+			return err
+		}
 	}
 	if err := d.startAuthorPlugins(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintf(d.opts.Out, "Demo ready in %s.\n", seconds(time.Since(p.start)))
 	return nil
+}
+
+// gophers are the gophers the plugin serves: one, or two with DRA.
+func (d *dev) gophers() []string {
+	if d.opts.DRA {
+		return draGophers
+	}
+	return []string{GopherID}
 }
 
 // startComponent starts one of the subprocesses and records it for shutdown.
@@ -416,6 +448,9 @@ func (d *dev) startAgent(ctx context.Context) func() (string, error) {
 		if d.agentRTI {
 			args = append(args, "--runtime-injection=none")
 		}
+		if d.opts.DRA {
+			args = append(args, d.draAgentArgs()...)
+		}
 		if err := d.startComponent(agentName, filepath.Join(d.opts.BinDir, agentName), args); err != nil {
 			return "", err
 		}
@@ -436,8 +471,10 @@ func (d *dev) waitReady(ctx context.Context, name, health string) error {
 
 func (d *dev) startPlugin(ctx context.Context) func() (string, error) {
 	return func() (string, error) {
-		if err := os.WriteFile(filepath.Join(d.l.gophersDir(), GopherID), []byte("a gopher\n"), 0o644); err != nil {
-			return "", fmt.Errorf("creating %s: %w", GopherID, err)
+		for _, g := range d.gophers() {
+			if err := os.WriteFile(filepath.Join(d.l.gophersDir(), g), []byte("a gopher\n"), 0o644); err != nil {
+				return "", fmt.Errorf("creating %s: %w", g, err)
+			}
 		}
 		args := []string{
 			"--plugin-dir=" + d.l.pluginDir(),
@@ -447,14 +484,14 @@ func (d *dev) startPlugin(ctx context.Context) func() (string, error) {
 			return "", err
 		}
 		var name string
-		what := fmt.Sprintf("the NodeDevice of %s on %s to list %s, registered and allocatable", ResourceName, NodeName, GopherID)
+		what := fmt.Sprintf("the NodeDevice of %s on %s to list %s, registered", ResourceName, NodeName, strings.Join(d.gophers(), ", "))
 		if err := d.waitFor(ctx, what, []string{pluginName, agentName}, func(ctx context.Context) (bool, string, error) {
 			nd, err := getNodeDevice(ctx, d.c)
 			if err != nil || nd == nil {
 				return false, "no NodeDevice", err
 			}
 			name = nd.Name
-			return nodeDeviceReady(nd)
+			return nodeDeviceReady(nd, d.gophers(), !d.opts.DRA)
 		}); err != nil {
 			return "", err
 		}
@@ -611,7 +648,18 @@ func (d *dev) check(obs Observed) error {
 // serve keeps the cluster running until ctx ends or a component stops.
 func (d *dev) serve(ctx context.Context) error {
 	kubectl, note := d.kubectl()
-	fmt.Fprintf(d.opts.Out, `
+	if d.opts.DRA {
+		fmt.Fprintf(d.opts.Out, `
+The cluster is running. In another terminal:
+  export KUBECONFIG=%s
+  %s get resourceslices -o yaml%s
+  %s get resourceclaims -o yaml   # status.allocation names each gopher
+  %s get pod %s -o jsonpath='{.status.extendedResourceClaimStatus}'
+  %s status
+Press Ctrl-C to stop everything.
+`, d.l.kubeconfig(), kubectl, note, kubectl, kubectl, PodName, displayPath(filepath.Join(d.opts.BinDir, "kubedevice")))
+	} else {
+		fmt.Fprintf(d.opts.Out, `
 The cluster is running. In another terminal:
   export KUBECONFIG=%s
   %s get nodedevices,deviceallocations -A%s
@@ -620,7 +668,8 @@ The cluster is running. In another terminal:
   echo unhealthy > %s   # the gopher turns Unhealthy; rm it and it is gone
 Press Ctrl-C to stop everything.
 `, d.l.kubeconfig(), kubectl, note, displayPath(filepath.Join(d.opts.BinDir, "kubedevice")),
-		kubectl, PodName, GopherID, PendingPodName, displayPath(filepath.Join(d.l.gophersDir(), GopherID)))
+			kubectl, PodName, GopherID, PendingPodName, displayPath(filepath.Join(d.l.gophersDir(), GopherID)))
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {

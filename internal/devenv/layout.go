@@ -83,7 +83,16 @@ func (l layout) schedulerDir() string { return filepath.Join(l.workDir, "kube-sc
 func (l layout) pluginDir() string    { return filepath.Join(l.runDir, "device-plugins") }
 func (l layout) registryDir() string  { return filepath.Join(l.runDir, "plugins_registry") }
 func (l layout) stateDir() string     { return filepath.Join(l.workDir, "state") }
-func (l layout) lockPath() string     { return filepath.Join(l.workDir, ".lock") }
+
+// The DRA driver's directories (--dra): the kubelet's plugins directory (its socket), the plugin
+// watcher's directory no kubelet watches, and the CDI spec directory. Their sockets,
+// kubedevice.io/dra.sock and kubedevice.io-reg.sock, are shorter than what socketDirFits keeps
+// room for.
+func (l layout) kubeletPluginsDir() string { return filepath.Join(l.runDir, "dra-plugins") }
+func (l layout) draRegistryDir() string    { return filepath.Join(l.runDir, "dra-registry") }
+func (l layout) cdiDir() string            { return filepath.Join(l.workDir, "cdi") }
+
+func (l layout) lockPath() string { return filepath.Join(l.workDir, ".lock") }
 
 // podResourcesSocket is the agent's PodResources socket: the dev cluster's own, never the host's
 // default /var/lib/kubedevice/pod-resources. It fits wherever the plugin sockets fit.
@@ -113,12 +122,14 @@ func (l layout) lock() (*os.File, error) {
 // prepare removes what a previous run left (a checkpoint, sockets, gophers, logs) and creates the
 // directories of this run.
 func (l layout) prepare() error {
-	for _, p := range []string{l.pluginDir(), l.registryDir(), l.stateDir(), l.gophersDir(), l.logsDir(), l.schedulerDir(), l.kubeconfig()} {
+	for _, p := range []string{l.pluginDir(), l.registryDir(), l.stateDir(), l.gophersDir(), l.logsDir(), l.schedulerDir(), l.kubeconfig(),
+		l.kubeletPluginsDir(), l.draRegistryDir(), l.cdiDir()} {
 		if err := os.RemoveAll(p); err != nil {
 			return fmt.Errorf("removing %s from a previous run: %w", p, err)
 		}
 	}
-	for _, d := range []string{l.pluginDir(), l.registryDir(), l.stateDir(), l.gophersDir(), l.logsDir(), l.schedulerDir()} {
+	for _, d := range []string{l.pluginDir(), l.registryDir(), l.stateDir(), l.gophersDir(), l.logsDir(), l.schedulerDir(),
+		l.kubeletPluginsDir(), l.draRegistryDir(), l.cdiDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
@@ -129,7 +140,8 @@ func (l layout) prepare() error {
 // cleanup removes the sockets' directories, the agent's checkpoint, the gophers, the
 // scheduler's certificates and the kubeconfig of the stopped cluster. The logs stay.
 func (l layout) cleanup() error {
-	paths := []string{l.pluginDir(), l.registryDir(), l.stateDir(), l.gophersDir(), l.schedulerDir(), l.kubeconfig()}
+	paths := []string{l.pluginDir(), l.registryDir(), l.stateDir(), l.gophersDir(), l.schedulerDir(), l.kubeconfig(),
+		l.kubeletPluginsDir(), l.draRegistryDir(), l.cdiDir()}
 	if l.tempRunDir {
 		paths = append(paths, l.runDir)
 	}

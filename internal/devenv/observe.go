@@ -44,9 +44,9 @@ func getNodeDevice(ctx context.Context, c client.Client) (*kdv1alpha1.NodeDevice
 	return nil, nil
 }
 
-// nodeDeviceReady says whether the NodeDevice shows the plugin registered with the one gopher,
-// healthy and allocatable.
-func nodeDeviceReady(nd *kdv1alpha1.NodeDevice) (bool, string, error) {
+// nodeDeviceReady says whether the NodeDevice shows the plugin registered with the gophers, and,
+// with deviceCapacity (the device plugin path), all of them allocatable.
+func nodeDeviceReady(nd *kdv1alpha1.NodeDevice, gophers []string, deviceCapacity bool) (bool, string, error) {
 	st := nd.Status
 	state := "no plugin"
 	if st.Plugin != nil {
@@ -58,8 +58,15 @@ func nodeDeviceReady(nd *kdv1alpha1.NodeDevice) (bool, string, error) {
 	}
 	seen := fmt.Sprintf("NodeDevice %s: plugin %s, capacity %d, allocatable %d, devices [%s]",
 		nd.Name, state, st.Capacity, st.Allocatable, strings.Join(ids, " "))
-	ready := state == string(kdv1alpha1.PluginStateRegistered) && st.Capacity == 1 && st.Allocatable == 1 &&
-		len(st.Devices) == 1 && st.Devices[0].ID == GopherID
+	ready := state == string(kdv1alpha1.PluginStateRegistered) && len(st.Devices) == len(gophers)
+	for i := 0; ready && i < len(gophers); i++ {
+		ready = st.Devices[i].ID == gophers[i]
+	}
+	// Through DRA the devices are offered in ResourceSlices, not as node capacity.
+	if deviceCapacity {
+		n := int64(len(gophers))
+		ready = ready && int64(st.Capacity) == n && int64(st.Allocatable) == n
+	}
 	return ready, seen, nil
 }
 

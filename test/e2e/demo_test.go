@@ -127,8 +127,8 @@ func devCommand(ctx context.Context, t *testing.T, bin, k8s, workDir string, out
 var wantLines = []string{
 	`^export KUBECONFIG=/.+/kubeconfig$`,
 	`^\$ kubectl get nodedevices$`,
-	`^NAME +NODE +RESOURCE +CAPACITY +ALLOCATABLE +ALLOCATED +UNHEALTHY +PLUGIN +AGE$`,
-	`^demo-node\.example-com-gopher-[0-9a-f]+ +demo-node +example\.com/gopher +1 +1 +1 +0 +Registered +\d+s$`,
+	`^NAME +NODE +RESOURCE +PATH +CAPACITY +ALLOCATABLE +ALLOCATED +UNHEALTHY +PLUGIN +AGE$`,
+	`^demo-node\.example-com-gopher-[0-9a-f]+ +demo-node +example\.com/gopher +NodeCapacity +1 +1 +1 +0 +Registered +\d+s$`,
 	`^\$ kubectl get deviceallocations -A$`,
 	`^NAMESPACE +NAME +POD +NODE +RESOURCES +ALLOCATED +AGE$`,
 	`^default +demo-node\.gopher-pod-[0-9a-f]+ +gopher-pod +demo-node +example\.com/gopher=gopher-0 +True +\d+s$`,
@@ -152,7 +152,7 @@ func checkOutput(t *testing.T, out string, want []string) {
 // checkpoint and its kubeconfig, and kept the logs.
 func checkStopped(t *testing.T, workDir string) {
 	t.Helper()
-	for _, p := range []string{"device-plugins", "plugins_registry", "kubeconfig"} {
+	for _, p := range []string{"device-plugins", "plugins_registry", "dra-plugins", "dra-registry", "cdi", "kubeconfig"} {
 		if _, err := os.Stat(filepath.Join(workDir, p)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s is still in the work directory after kubedevice dev ended (%v)", p, err)
 		}
@@ -200,6 +200,41 @@ func TestDemo(t *testing.T) {
 		}
 		t.Logf("kubedevice dev --exit-after-demo passed in %s", time.Since(start).Round(100*time.Millisecond))
 		checkOutput(t, out.String(), append(wantLines, `^Checked: gopher-pod is bound to demo-node and holds gopher-0`))
+		checkStopped(t, workDir)
+		checkNoRaces(t, workDir)
+	})
+
+	// The DRA path: the agent is the DRA driver of example.com/gopher; the scheduler allocates one
+	// gopher to a pod with plain limits and the other to a ResourceClaim.
+	t.Run("dra", func(t *testing.T) {
+		workDir := filepath.Join(t.TempDir(), "demo")
+		ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
+		defer cancel()
+		var out syncBuffer
+		start := time.Now()
+		cmd := devCommand(ctx, t, bin, k8s, workDir, &out, "--exit-after-demo", "--dra")
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("kubedevice dev --exit-after-demo --dra: %v", err)
+		}
+		t.Logf("kubedevice dev --exit-after-demo --dra passed in %s", time.Since(start).Round(100*time.Millisecond))
+		checkOutput(t, out.String(), []string{
+			`^Publishing example\.com/gopher through DRA \.+ +[0-9.]+s +2 devices in ResourceSlices, DeviceClass gopher\.example\.com$`,
+			`^Creating gopher-claim and gopher-claim-pod \.+ +[0-9.]+s +bound to demo-node, claim allocated gopher-1$`,
+			`^Creating gopher-pod \(plain limits\) \.+ +[0-9.]+s +bound to demo-node, claim gopher-pod-extended-resources-[a-z0-9]+ allocated gopher-0$`,
+			`^demo-node\.example-com-gopher-[0-9a-f]+ +demo-node +example\.com/gopher +DRA +2 +2 +0 +0 +Registered +\d+s$`,
+			`^\$ kubectl get resourceslices$`,
+			`^NAME +NODE +DRIVER +POOL +AGE$`,
+			`^[0-9]+-kubedevice\.io-demo-node-[a-z0-9]+ +demo-node +kubedevice\.io +example\.com/gopher +\d+s$`,
+			`^gopher-claim +allocated,reserved +\d+s$`,
+			`^gopher-pod-extended-resources-[a-z0-9]+ +allocated,reserved +\d+s$`,
+			`^gopher-claim-pod +0/1 +Pending +0 +\d+s +<none> +demo-node +<none> +<none>$`,
+			`^gopher-pod +0/1 +Pending +0 +\d+s +<none> +demo-node +<none> +<none>$`,
+			`^  gopher-pod +gopher-0  \(plain limits`,
+			`^  gopher-claim-pod +gopher-1  \(ResourceClaim gopher-claim`,
+			`^Node demo-node advertises example\.com/gopher: capacity <none>`,
+			`^No kubelet runs on demo-node: nothing prepares the claims`,
+			`^Checked: the ResourceSlices of kubedevice\.io list gopher-0, gopher-1; gopher-pod \(plain limits\) is bound to demo-node and allocated gopher-0; gopher-claim-pod is bound to demo-node and gopher-claim allocated gopher-1`,
+		})
 		checkStopped(t, workDir)
 		checkNoRaces(t, workDir)
 	})
@@ -253,12 +288,12 @@ func TestDemo(t *testing.T) {
 		checkOutput(t, out.String(), append(wantLines,
 			`^Starting plugin-1 \.+ +[0-9.]+s +example\.com/author: 2 devices, 2 allocatable$`,
 			`^Creating plugin-pod-1 \.+ +[0-9.]+s +asks for one example\.com/author: bound to demo-node, holds example\.com/author/a-[01]$`,
-			`^demo-node\.example-com-author-[0-9a-f]+ +demo-node +example\.com/author +2 +2 +1 +0 +Registered +\d+s$`,
+			`^demo-node\.example-com-author-[0-9a-f]+ +demo-node +example\.com/author +NodeCapacity +2 +2 +1 +0 +Registered +\d+s$`,
 			`^default +demo-node\.plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/author=a-[01] +True +\d+s$`,
 			`^plugin-pod-1 +0/1 +Pending +0 +\d+s +<none> +demo-node +<none> +<none>$`,
 			`^Registering plugin-2 \(a running plugin\) \.+ +[0-9.]+s +example\.com/running: 1 devices, 1 allocatable$`,
 			`^Creating plugin-pod-2 \.+ +[0-9.]+s +asks for one example\.com/running: bound to demo-node, holds example\.com/running/r-0$`,
-			`^demo-node\.example-com-running-[0-9a-f]+ +demo-node +example\.com/running +1 +1 +1 +0 +Registered +\d+s$`,
+			`^demo-node\.example-com-running-[0-9a-f]+ +demo-node +example\.com/running +NodeCapacity +1 +1 +1 +0 +Registered +\d+s$`,
 			`^default +demo-node\.plugin-pod-2-[0-9a-f]+ +plugin-pod-2 +demo-node +example\.com/running=r-0 +True +\d+s$`,
 			`^Checked: gopher-pod is bound to demo-node and holds gopher-0`,
 		))
