@@ -28,6 +28,11 @@ limitations under the License.
 // own Table output (the server-side printing kubectl uses) with kubectl's layout, so the demo needs
 // no kubectl.
 //
+// With Options.DRA (dra.go) the agent is the DRA driver kubedevice.io for the Gopher's resource
+// and the plugin serves two gophers: the demo shows the ResourceSlices and kube-scheduler
+// allocating one gopher to a ResourceClaim's pod and one to a pod with plain limits (through the
+// DeviceClass's extendedResourceName) instead. No kubelet prepares the claims.
+//
 // Every wait has a timeout and names what did not happen, with the end of the log of the component
 // that should have made it happen. A component that stops on its own stops the run. At the end
 // (Ctrl-C, or right after the demo with Options.ExitAfterDemo) everything is stopped in the
