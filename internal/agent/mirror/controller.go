@@ -249,10 +249,17 @@ func (r *reconciler) syncShards(ctx context.Context, node *corev1.Node, snap nod
 func (r *reconciler) syncShard(ctx context.Context, node *corev1.Node, snap nodeagent.ResourceSnapshot,
 	p shardPlan, info nodeagent.CheckpointInfo) (int, error) {
 	now := r.Clock.Now()
+	// The status computed for the object last compared, kept for the write: computing a shard's
+	// status (128 devices) is most of what mirroring allocates.
+	var compared *kdv1alpha1.NodeDevice
+	var comparedWant kdv1alpha1.NodeDeviceStatus
 	current, upToDate, err := kube.Fresh(ctx, r.apiReader, r.written, kube.NodeDeviceGVK.Kind, client.ObjectKey{Name: p.name}, p.current,
 		func(nd *kdv1alpha1.NodeDevice) bool {
-			return nodeDeviceMetaUpToDate(nd, node, snap.ResourceName, p.shard) &&
-				nodeDeviceStatusUpToDate(nd, r.desiredStatus(snap, p.devices, nd, info, nd.Generation, now))
+			if !nodeDeviceMetaUpToDate(nd, node, snap.ResourceName, p.shard) {
+				return false
+			}
+			compared, comparedWant = nd, r.desiredStatus(snap, p.devices, nd, info, nd.Generation, now)
+			return nodeDeviceStatusUpToDate(nd, comparedWant)
 		})
 	if err != nil || upToDate {
 		return 0, err
@@ -274,7 +281,10 @@ func (r *reconciler) syncShard(ctx context.Context, node *corev1.Node, snap node
 		ctrl.LoggerFrom(ctx).V(1).Info("Applied NodeDevice", "nodeDevice", p.name, "created", current == nil)
 	}
 
-	want := r.desiredStatus(snap, p.devices, current, info, generation, now)
+	want := comparedWant
+	if current == nil || current != compared || generation != current.Generation {
+		want = r.desiredStatus(snap, p.devices, current, info, generation, now)
+	}
 	if nodeDeviceStatusUpToDate(current, want) {
 		return writes, nil
 	}
