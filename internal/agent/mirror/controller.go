@@ -19,10 +19,8 @@ package mirror
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -184,10 +182,15 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	info := r.Core.CheckpointInfo()
 	keep, remove := planShards(r.NodeName, snap, existing)
-	n, err := r.syncShards(ctx, node, snap, keep, info)
-	writes += n
-	if err != nil {
-		return reconcile.Result{}, err
+	// One shard after another: writing 8 at once was measured slower on a busy API server (10 000
+	// devices in 8.5–13.0 s against 6.7–7.5 s, and a higher heap peak) — server-side applies of
+	// 128-device objects compete for its CPU, and with the allocations' writes.
+	for _, p := range keep {
+		n, err := r.syncShard(ctx, node, snap, p, info)
+		writes += n
+		if err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	for _, nd := range remove {
 		r.written.Wrote(client.ObjectKeyFromObject(nd))
@@ -216,30 +219,6 @@ func (r *reconciler) deleteAll(ctx context.Context, existing []kdv1alpha1.NodeDe
 		ctrl.LoggerFrom(ctx).Info("Deleted the NodeDevice of a removed resource", "nodeDevice", existing[i].Name)
 	}
 	return writes, nil
-}
-
-// shardWorkers is how many shards of a resource are written at once. Each write is one API
-// round trip (tens of milliseconds for a full shard's status on a busy API server), and a
-// registration of 10 000 devices writes 79 shards twice: one after another that alone is several
-// seconds. The client's rate limit still bounds the whole.
-const shardWorkers = 8
-
-// syncShards runs syncShard for every planned shard, shardWorkers at once, and returns the number
-// of writes; the first error stops the shards not started yet.
-func (r *reconciler) syncShards(ctx context.Context, node *corev1.Node, snap nodeagent.ResourceSnapshot,
-	plans []shardPlan, info nodeagent.CheckpointInfo) (int, error) {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(shardWorkers)
-	var writes atomic.Int64
-	for _, p := range plans {
-		g.Go(func() error {
-			n, err := r.syncShard(gctx, node, snap, p, info)
-			writes.Add(int64(n))
-			return err
-		})
-	}
-	err := g.Wait()
-	return int(writes.Load()), err
 }
 
 // syncShard creates or fixes one shard's metadata and spec, then its status, each only if it
