@@ -18,8 +18,8 @@ limitations under the License.
 // the objects the agent writes (NodeDeviceName, DeviceAllocationName, LabelValue), server-side
 // apply and delete under the agent's field owner with the write counter
 // kubedevice_agent_api_writes_total (Apply, ApplyStatus, Delete), the decision "up to date in the
-// cache, else read from the API server and decide again — unless the cache holds no object the
-// agent wrote lately, then there is nothing to read" (Fresh, with the memory of writes Written),
+// cache, else read from the API server and decide again — only if the agent wrote the object
+// lately, else the cache shows it as it is" (Fresh, with the memory of writes Written),
 // the node's pods as the cache
 // has them (Pods) and what the flows read of a pod (RequestedResources, RuntimeUID, ...), the
 // action that keeps distinct Warning events apart (EventAction), and the start-up gate every flow

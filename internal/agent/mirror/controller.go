@@ -100,8 +100,8 @@ type reconciler struct {
 	apiReader client.Reader
 	cordons   *cordonPush
 	pace      *pacer
-	// written lets kube.Fresh skip reading a shard the cache does not hold and the agent has not
-	// written lately: a first registration creates its shards without reading them first.
+	// written lets kube.Fresh skip reading a shard the agent has not written lately: a first
+	// registration creates its shards, and a restart rewrites them, without reading them first.
 	written *kube.Written
 }
 
