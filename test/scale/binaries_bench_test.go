@@ -680,7 +680,7 @@ func startProcess(path, logPath string, args ...string) (*process, error) {
 func (p *process) exited() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s stopped: %v\n%s", p.name, p.err, p.tail())
+		return fmt.Errorf("%s stopped: %w\n%s", p.name, p.err, p.tail())
 	default:
 		return nil
 	}

@@ -138,8 +138,7 @@ type reconciler struct {
 	refusals *refusalPacer
 	// attempts runs the core's allocations, off the workers.
 	attempts *attempts
-	// written lets kube.Fresh skip reading a DeviceAllocation the cache does not hold and the
-	// agent has not written lately.
+	// written lets kube.Fresh skip reading a DeviceAllocation the agent has not written lately.
 	written *kube.Written
 }
 

@@ -29,13 +29,14 @@ import (
 )
 
 // Fresh decides whether the agent must write an object, without ever repeating its own last
-// write: when the cached object is up to date it answers (cached, true) at once; when the cache
-// holds no object and written says the agent has not written one under key lately, it answers
-// (nil, false) at once too: the cache has seen every object that existed when it synced and every
-// change since, but the agent's own, so there is nothing to read (a first registration's shards,
-// a pod's first DeviceAllocation). Otherwise it reads the object of kind named key from the API
-// server (the cache may not have seen the agent's last write yet) and answers that object, nil
-// when there is none, and whether it is up to date. upToDate is asked only of an object that
+// write: when the cached object is up to date it answers (cached, true) at once; when written
+// says the agent has not written the object named key lately, it answers (cached, false) at once
+// too, cached being nil when the cache holds none: the cache has seen every object that existed
+// when it synced and every change since, but maybe the agent's own last ones, so there is nothing
+// better to read (a first registration's shards, a pod's first DeviceAllocation, the shards an
+// agent restart finds awaiting their plugin). Otherwise it reads the object of kind named key from
+// the API server (the cache may not have seen the agent's last write yet) and answers that object,
+// nil when there is none, and whether it is up to date. upToDate is asked only of an object that
 // exists: one that does not is never up to date. written may be nil: the object is then always
 // read when the cache cannot decide.
 func Fresh[T any, PT interface {
@@ -45,8 +46,8 @@ func Fresh[T any, PT interface {
 	if cached != nil && upToDate(cached) {
 		return cached, true, nil
 	}
-	if cached == nil && written != nil && !written.Recently(key) {
-		return nil, false, nil
+	if written != nil && !written.Recently(key) {
+		return cached, false, nil
 	}
 	var obj PT = new(T)
 	if err := reader.Get(ctx, key, obj); err != nil {

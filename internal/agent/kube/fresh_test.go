@@ -42,9 +42,9 @@ func (r *readRecorder) List(context.Context, client.ObjectList, ...client.ListOp
 	panic("Fresh never lists")
 }
 
-// TestFreshReadsOnlyWhatTheCacheMayNotShow: an object the cache does not hold is read from the
-// API server only when the agent wrote it lately (the cache may not have seen that write yet), or
-// when Fresh is given no memory of writes.
+// TestFreshReadsOnlyWhatTheCacheMayNotShow: an object the cache does not show up to date is read
+// from the API server only when the agent wrote it lately (the cache may not have seen that write
+// yet), or when Fresh is given no memory of writes.
 func TestFreshReadsOnlyWhatTheCacheMayNotShow(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Now())
@@ -70,6 +70,12 @@ func TestFreshReadsOnlyWhatTheCacheMayNotShow(t *testing.T) {
 	cached := &kdv1alpha1.NodeDevice{}
 	if got, ok, gets := fresh(written, cached); got != cached || !ok || gets != 0 {
 		t.Errorf("cached and up to date: got %v, up to date %v, %d reads; want the cached object, true, no read", got, ok, gets)
+	}
+	stale := &kdv1alpha1.NodeDevice{}
+	r := &readRecorder{}
+	got, ok, err := Fresh(ctx, r, written, "NodeDevice", key, stale, func(*kdv1alpha1.NodeDevice) bool { return false })
+	if err != nil || got != stale || ok || r.gets != 0 {
+		t.Errorf("cached, not up to date, never written: got %v, up to date %v, err %v, %d reads; want the cached object, false, no read", got, ok, err, r.gets)
 	}
 
 	written.Wrote(key)

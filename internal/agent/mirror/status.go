@@ -291,7 +291,7 @@ func timesEqual(a, b *metav1.Time) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.UTC() == b.UTC()
+	return a.Equal(b)
 }
 
 // withoutWriteTime returns a copy of c without its last write time, which changes with every
