@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -161,8 +160,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pod-devices").
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
-		Watches(&kdv1alpha1.DeviceAllocation{}, handler.EnqueueRequestsFromMapFunc(podOf)).
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: kube.PodPhaseOrDeletionChanged})).
+		Watches(&kdv1alpha1.DeviceAllocation{}, handler.EnqueueRequestsFromMapFunc(kube.PodOfDeviceAllocation)).
 		WatchesRawSource(source.Func(r.retriggerWaiting)).
 		WatchesRawSource(source.Func(r.attempts.start)).
 		WithOptions(crcontroller.Options{
@@ -324,24 +323,4 @@ func (r *reconciler) waiting(ctx context.Context, resources []string) []types.Na
 		keys = append(keys, client.ObjectKeyFromObject(pod))
 	}
 	return keys
-}
-
-// podChanged passes the pod updates that matter to devices: the phase (a pod ending) and the
-// start of its deletion.
-func podChanged(e event.UpdateEvent) bool {
-	oldPod, okOld := e.ObjectOld.(*corev1.Pod)
-	newPod, okNew := e.ObjectNew.(*corev1.Pod)
-	if !okOld || !okNew {
-		return true
-	}
-	return oldPod.Status.Phase != newPod.Status.Phase || oldPod.DeletionTimestamp.IsZero() != newPod.DeletionTimestamp.IsZero()
-}
-
-// podOf maps a DeviceAllocation to its pod's key.
-func podOf(_ context.Context, o client.Object) []reconcile.Request {
-	da, ok := o.(*kdv1alpha1.DeviceAllocation)
-	if !ok {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: da.Namespace, Name: da.Spec.PodName}}}
 }

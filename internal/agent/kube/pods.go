@@ -27,7 +27,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
 )
 
@@ -143,4 +146,25 @@ func Truncate(s string, n int) string {
 // HasOwner reports whether refs name the owner of UID uid.
 func HasOwner(refs []metav1.OwnerReference, uid types.UID) bool {
 	return slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == uid })
+}
+
+// PodPhaseOrDeletionChanged passes the pod updates that matter to a pod's devices: a changed
+// phase (a pod starting or ending) and the start of its deletion. The allocation and observe
+// flows watch pods through it.
+func PodPhaseOrDeletionChanged(e event.UpdateEvent) bool {
+	oldPod, okOld := e.ObjectOld.(*corev1.Pod)
+	newPod, okNew := e.ObjectNew.(*corev1.Pod)
+	if !okOld || !okNew {
+		return true
+	}
+	return oldPod.Status.Phase != newPod.Status.Phase || oldPod.DeletionTimestamp.IsZero() != newPod.DeletionTimestamp.IsZero()
+}
+
+// PodOfDeviceAllocation maps a DeviceAllocation to its pod's key.
+func PodOfDeviceAllocation(_ context.Context, o client.Object) []reconcile.Request {
+	da, ok := o.(*kdv1alpha1.DeviceAllocation)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: da.Namespace, Name: da.Spec.PodName}}}
 }

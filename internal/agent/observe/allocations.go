@@ -24,7 +24,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -32,7 +31,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -67,8 +65,8 @@ func setupAllocations(mgr ctrl.Manager, o *Observer) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("observed-pod-devices").
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: podChanged})).
-		Watches(&kdv1alpha1.DeviceAllocation{}, handler.EnqueueRequestsFromMapFunc(podOf)).
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: kube.PodPhaseOrDeletionChanged})).
+		Watches(&kdv1alpha1.DeviceAllocation{}, handler.EnqueueRequestsFromMapFunc(kube.PodOfDeviceAllocation)).
 		WatchesRawSource(source.Func(r.watchObserver)).
 		WithOptions(crcontroller.Options{
 			MaxConcurrentReconciles: 2,
@@ -193,24 +191,4 @@ func (r *allocations) watchObserver(ctx context.Context, q workqueue.TypedRateLi
 		}
 	}()
 	return nil
-}
-
-// podChanged passes the pod updates that matter: the phase (a pod starting or ending) and the
-// start of its deletion.
-func podChanged(e event.UpdateEvent) bool {
-	oldPod, okOld := e.ObjectOld.(*corev1.Pod)
-	newPod, okNew := e.ObjectNew.(*corev1.Pod)
-	if !okOld || !okNew {
-		return true
-	}
-	return oldPod.Status.Phase != newPod.Status.Phase || oldPod.DeletionTimestamp.IsZero() != newPod.DeletionTimestamp.IsZero()
-}
-
-// podOf maps a DeviceAllocation to its pod's key.
-func podOf(_ context.Context, o client.Object) []reconcile.Request {
-	da, ok := o.(*kdv1alpha1.DeviceAllocation)
-	if !ok {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: da.Namespace, Name: da.Spec.PodName}}}
 }
