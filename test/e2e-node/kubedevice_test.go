@@ -323,6 +323,8 @@ var _ = Describe("kubedevice on the real node", func() {
 		}, SpecTimeout(5*time.Minute))
 	})
 
+	describeDRA()
+
 	// Last: the kubelet keeps the gopher it managed listed (unhealthy, then at 0) after the plugin
 	// is gone, which the installs above must not meet (observe_test.go).
 	describeObserveMode()
