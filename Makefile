@@ -116,13 +116,16 @@ test-crash: envtest-assets ## SIGKILL the agent (a real process, built with -tag
 		go test -count=1 -v -timeout 180m -run '^TestCrashConvergence$$' ./test/crash/
 
 # soak: the agent (a release build, as a process) under random pod churn, health flips and plugin
-# restarts for DURATION, its goroutines and memory sampled (CSV in bin/soak.csv); fails if they grow
-# or the node does not converge at the end. Not part of make test.
+# restarts for DURATION, its goroutines and memory sampled (CSV in bin/soak.csv; the live heap is read
+# after a forced GC through the agent's --pprof-bind-address); heap profiles at an eighth of the run
+# and at its end in bin/soak-heap-{early,late}.pb.gz (`go tool pprof -diff_base bin/soak-heap-early.pb.gz
+# bin/soak-heap-late.pb.gz`); fails if they grow or the node does not converge at the end. Not part
+# of make test.
 DURATION ?= 30m
 
 .PHONY: soak
 soak: envtest-assets ## Run the agent for DURATION (30m) under pod churn, health flips and plugin restarts, sampling goroutines and memory (test/crash TestSoak).
-	KUBEDEVICE_SOAK_DURATION=$(DURATION) KUBEDEVICE_SOAK_REPORT=$(LOCALBIN)/soak.csv \
+	KUBEDEVICE_SOAK_DURATION=$(DURATION) KUBEDEVICE_SOAK_REPORT=$(LOCALBIN)/soak.csv KUBEDEVICE_SOAK_PROFILES=$(LOCALBIN) \
 		go test -count=1 -v -timeout 24h -run '^TestSoak$$' ./test/crash/
 
 # The kubelet's own device plugin stub (k8s.io/kubernetes pkg/kubelet/cm/devicemanager/plugin/v1beta1)

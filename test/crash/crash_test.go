@@ -351,14 +351,14 @@ func (h *harness) startAgent(name, crash string) *proc {
 }
 
 // startAgentBinary starts the agent binary bin (built into binDir), armed with crash when not
-// empty, serving plain-HTTP metrics on metrics ("0": none).
-func (h *harness) startAgentBinary(name, bin, crash, metrics string) *proc {
+// empty, serving plain-HTTP metrics on metrics ("0": none), with the flags extra appended.
+func (h *harness) startAgentBinary(name, bin, crash, metrics string, extra ...string) *proc {
 	health := freeAddr(h.t)
 	env := slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, crashpoint.EnvVar+"=") })
 	if crash != "" {
 		env = append(env, crashpoint.EnvVar+"="+crash)
 	}
-	return h.start(name, bin, []string{
+	return h.start(name, bin, append([]string{
 		"--kubeconfig=" + h.kubeconfig,
 		"--node-name=" + nodeName,
 		"--namespace=" + agentNamespace,
@@ -370,7 +370,7 @@ func (h *harness) startAgentBinary(name, bin, crash, metrics string) *proc {
 		"--metrics-bind-address=" + metrics,
 		"--metrics-secure=false",
 		"--health-probe-bind-address=" + health,
-	}, env, health)
+	}, extra...), env, health)
 }
 
 // startPlugin starts the Gopher plugin: it registers, and registers again whenever the agent
