@@ -78,8 +78,7 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 			terminating[name] = true
 			continue
 		}
-		switch nds[i].Status.EffectivePath() {
-		case kdv1alpha1.DevicePathDRA:
+		if nds[i].Status.EffectivePath() == kdv1alpha1.DevicePathDRA {
 			dra[name] = true
 			continue
 		}

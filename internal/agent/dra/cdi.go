@@ -89,7 +89,7 @@ func claimSpec(alloc nodeagent.ClaimAllocation) (spec *cdispec.Spec, ids [][]str
 			dropped[k] = v
 		}
 	}
-	if v, err := cdiapi.MinimumRequiredVersion(spec); err == nil {
+	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {
 		spec.Version = v
 	} else {
 		spec.Version = cdispec.CurrentVersion

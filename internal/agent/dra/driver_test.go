@@ -93,7 +93,7 @@ func newNode(t testing.TB, dir string) *node {
 
 // plugin starts and registers a stub plugin whose Allocate answers with an env, a device node, a
 // mount, an annotation and a CDI device of its own.
-func (n *node) plugin(resource string, ids ...string) *dptest.Plugin {
+func (n *node) plugin(resource string, ids ...string) *dptest.Plugin { //nolint:unparam // the resource is named at every call, so a test of a second resource reads the same
 	n.t.Helper()
 	var devs []*pluginapi.Device
 	for i, id := range ids {
@@ -147,7 +147,7 @@ func (n *node) allocateCalls() [][]string {
 }
 
 // claim is an allocated claim of the driver's devices: request → plugin IDs of resource.
-func claim(uid, name, resource string, requests map[string][]string) *resourceapi.ResourceClaim {
+func claim(uid, name, resource string, requests map[string][]string) *resourceapi.ResourceClaim { //nolint:unparam // as plugin: the resource is named at every call
 	c := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)},
 		Status:     resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}},

@@ -80,7 +80,7 @@ func slicesOf(node string) func() (map[string][]resourceapi.ResourceSlice, error
 }
 
 // deviceOf finds device name in the node's slices of pool.
-func deviceOf(node, pool, name string) func() (*resourceapi.Device, error) {
+func deviceOf(node, pool, name string) func() (*resourceapi.Device, error) { //nolint:unparam // the pool is named at every call, as the slice names it
 	return func() (*resourceapi.Device, error) {
 		all, err := slicesOf(node)()
 		if err != nil {
@@ -387,7 +387,7 @@ var _ = Describe("The DRA kubelet plugin", func() {
 
 		By("the agent restarts: prepare again answers from the checkpoint, unprepare frees")
 		n.restart()
-		p = n.restartPlugin(p, devs)
+		n.restartPlugin(p, devs)
 		resp, err = call().NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: ref})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(resp.GetClaims()[string(claim.UID)].GetError()).To(BeEmpty())
@@ -423,7 +423,7 @@ var _ = Describe("Switching a resource to DRA on a live node", func() {
 		By("the agent restarts serving the resource through DRA")
 		n.options = append(n.options, withDRA(string(gopher)))
 		n.restart()
-		p = n.restartPlugin(p, devs)
+		n.restartPlugin(p, devs)
 		Eventually(func() ([]string, error) {
 			d, err := deviceOf(n.name, string(gopher), held[0])()
 			return taintKeys(d), err

@@ -313,7 +313,7 @@ var _ = Describe("Node agent under faults", func() {
 		future := append([]byte("KDVCKPT\x03"), cur[len("KDVCKPT\x02"):]...)
 		Expect(os.WriteFile(n.checkpointPath(), future, 0o600)).To(Succeed())
 		n.start()
-		p = n.restartPlugin(p, gophers("gopher", 3))
+		n.restartPlugin(p, gophers("gopher", 3))
 		Eventually(eventsFor(n.node.UID)).Should(ContainElement(And(
 			HaveField("Reason", kdv1alpha1.EventReasonCheckpointCorrupt),
 			HaveField("Note", ContainSubstring("version 3 is not supported")),
