@@ -17,6 +17,10 @@ limitations under the License.
 package contract
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -104,3 +108,32 @@ const (
 
 // DeviceClassResourceAnnotation on a DeviceClass kubedevice manages names the resource it serves.
 const DeviceClassResourceAnnotation = "kubedevice.io/resource-name"
+
+// LabelHashLength is the number of hex digits (40 bits) of the SHA-256 suffix HashedLabel appends.
+const LabelHashLength = 10
+
+// HashedLabel maps s to a DNS label of at most max characters, deterministically: s lower-cased,
+// every character outside [a-z0-9] a '-', '-' trimmed from both ends, cut to leave room for '-' and
+// the first LabelHashLength hex digits of the SHA-256 of s, which are appended ("d-<hash>" when
+// nothing of s is left). Two strings map to one label only through a hash collision. The DRA
+// flow names devices and pools with it, the controller its DeviceClasses.
+func HashedLabel(s string, max int) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	base := strings.Trim(b.String(), "-")
+	if keep := max - 1 - LabelHashLength; len(base) > keep {
+		base = strings.TrimRight(base[:keep], "-")
+	}
+	sum := sha256.Sum256([]byte(s))
+	suffix := hex.EncodeToString(sum[:])[:LabelHashLength]
+	if base == "" {
+		return "d-" + suffix
+	}
+	return base + "-" + suffix
+}

@@ -17,8 +17,6 @@ limitations under the License.
 package controller
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strconv"
 	"strings"
 
@@ -32,13 +30,12 @@ import (
 
 // deviceClassName returns the name of the DeviceClass that serves an extended resource through
 // DRA. A resource whose name part is a DNS label is named by the resource read back to front, as
-// DRA's own examples are: example.com/gopher → gopher.example.com. Any other resource (upper
-// case, '_' or '.' in its name part, or a name too long) gets the name part lower-cased with every
-// other character a '-', cut to 40 characters, and the first 10 hexadecimal digits of the
-// SHA-256 of the whole resource name: example.com/Big_GPU → big-gpu-<hash>.example.com (and
-// without the domain when that is still too long). The name is deterministic; two resources
-// meet on one name only through a hash collision, which the controller detects (the class names
-// the resource it serves) and reports instead of taking over.
+// DRA's own examples are: example.com/gopher → gopher.example.com. Any other name part (upper
+// case, '_' or '.' in it, or too long) becomes contract.HashedLabel of it under the domain:
+// example.com/Big_GPU → big-gpu-<hash>.example.com; the whole resource's HashedLabel when even
+// that is too long. The name is deterministic; two resources meet on one name only through a hash
+// collision, which the controller detects (the class names the resource it serves) and reports
+// instead of taking over.
 func deviceClassName(resourceName string) string {
 	domain, name, ok := strings.Cut(resourceName, "/")
 	if !ok {
@@ -48,31 +45,10 @@ func deviceClassName(resourceName string) string {
 	if domain != "" && len(validation.IsDNS1123Label(name)) == 0 && len(validation.IsDNS1123Subdomain(plain)) == 0 {
 		return plain
 	}
-	sum := sha256.Sum256([]byte(resourceName))
-	label := sanitizeLabel(name, 40) + "-" + hex.EncodeToString(sum[:])[:10]
-	if withDomain := label + "." + domain; domain != "" && len(validation.IsDNS1123Subdomain(withDomain)) == 0 {
+	if withDomain := contract.HashedLabel(name, 51) + "." + domain; domain != "" && len(validation.IsDNS1123Subdomain(withDomain)) == 0 {
 		return withDomain
 	}
-	return label
-}
-
-// sanitizeLabel lower-cases s, turns every character a DNS label may not hold into '-', cuts it
-// to at most max characters and trims '-' from both ends; "x" when nothing is left.
-func sanitizeLabel(s string, max int) string {
-	b := []byte(strings.ToLower(s))
-	for i, c := range b {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			b[i] = '-'
-		}
-	}
-	if len(b) > max {
-		b = b[:max]
-	}
-	out := strings.Trim(string(b), "-")
-	if out == "" {
-		return "x"
-	}
-	return out
+	return contract.HashedLabel(resourceName, validation.DNS1123LabelMaxLength)
 }
 
 // deviceSelector is the CEL expression selecting kubedevice's devices of one resource.

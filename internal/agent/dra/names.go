@@ -17,15 +17,15 @@ limitations under the License.
 package dra
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
 // hashLen is the number of hex digits of the SHA-256 suffix of a mapped name (40 bits).
-const hashLen = 10
+const hashLen = contract.LabelHashLength
 
 // DeviceName maps a plugin's device ID to a DRA device name, a DNS label (at most 63 characters,
 // lowercase alphanumerics and '-', starting and ending with an alphanumeric):
@@ -44,7 +44,7 @@ func DeviceName(id string) string {
 	if validation.IsDNS1123Label(id) == nil {
 		return id
 	}
-	return hashed(id, validation.DNS1123LabelMaxLength)
+	return contract.HashedLabel(id, validation.DNS1123LabelMaxLength)
 }
 
 // PoolName maps a resource name to the name of its pool: the resource name itself when it is a
@@ -58,27 +58,5 @@ func PoolName(resource string) string {
 	if ok {
 		return resource
 	}
-	return hashed(resource, validation.DNS1123LabelMaxLength)
-}
-
-// hashed is the sanitized, hash-suffixed label of s, at most max characters.
-func hashed(s string, max int) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(s) {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('-')
-		}
-	}
-	base := strings.Trim(b.String(), "-")
-	if keep := max - 1 - hashLen; len(base) > keep {
-		base = strings.TrimRight(base[:keep], "-")
-	}
-	sum := sha256.Sum256([]byte(s))
-	suffix := hex.EncodeToString(sum[:])[:hashLen]
-	if base == "" {
-		return "d-" + suffix
-	}
-	return base + "-" + suffix
+	return contract.HashedLabel(resource, validation.DNS1123LabelMaxLength)
 }
