@@ -334,6 +334,14 @@ func (r *binariesRun) register(ctx context.Context, b *testing.B, resource corev
 	defer sw.stop()
 	agentBefore, ctrlBefore := r.agentAPI.counter.snapshot(), r.ctrlAPI.counter.snapshot()
 	r.agentAPI.latency()
+	cpuBefore, err := r.apiServerCPU(ctx)
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	if devices == bigDevices {
+		stopProfile := r.apiServerProfile(ctx, b, "register-10k")
+		defer stopProfile()
+	}
 	b.StartTimer()
 	start := time.Now()
 	err = p.Register(ctx, filepath.Join(r.dir, "kubelet.sock"))
@@ -354,6 +362,15 @@ func (r *binariesRun) register(ctx context.Context, b *testing.B, resource corev
 	}
 	agentReqs := requestCounts(r.agentAPI.counter.snapshot()).since(agentBefore)
 	ctrlReqs := requestCounts(r.ctrlAPI.counter.snapshot()).since(ctrlBefore)
+	cpuAfter, err := r.apiServerCPU(ctx)
+	if err != nil {
+		return 0, 0, nil, nil, err
+	}
+	// Both binaries are quiet now: what the API server spent since Register is the registration's
+	// cost to it (the test's own watches and lists are a small, fixed part of it).
+	cpu := cpuAfter - cpuBefore
+	b.ReportMetric(cpu, fmt.Sprintf("apiserver-cpu-s-%dk", devices/1000))
+	b.Logf("register %d devices: the API server spent %.2f s of CPU", devices, cpu)
 	return elapsed, ctrlReqs["PATCH nodes/status"], agentReqs, ctrlReqs, nil
 }
 
@@ -439,6 +456,85 @@ func (r *binariesRun) settle() error {
 		}
 		return time.Since(since) >= quiet
 	})
+}
+
+// apiServerCPU returns the CPU seconds the API server process has used (its
+// process_cpu_seconds_total), read as the administrator.
+func (r *binariesRun) apiServerCPU(ctx context.Context) (float64, error) {
+	body, err := r.apiServerGet(ctx, "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = body.Close() }()
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	return 0, errors.New("the API server's metrics have no process_cpu_seconds_total")
+}
+
+// apiServerProfile records a CPU profile of the API server for apiServerProfileSeconds into
+// $KUBEDEVICE_SCALE_APISERVER_PROFILE/apiserver-cpu-<name>.pb.gz (nothing when unset: `go tool
+// pprof bin/k8s/kube-apiserver <file>` reads it); the function it returns waits for it.
+func (r *binariesRun) apiServerProfile(ctx context.Context, b *testing.B, name string) func() {
+	dir := os.Getenv("KUBEDEVICE_SCALE_APISERVER_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.saveAPIServerProfile(ctx, filepath.Join(dir, "apiserver-cpu-"+name+".pb.gz")); err != nil {
+			b.Errorf("profiling the API server: %v", err)
+		}
+	}()
+	return func() { <-done }
+}
+
+const apiServerProfileSeconds = 8
+
+func (r *binariesRun) saveAPIServerProfile(ctx context.Context, path string) error {
+	body, err := r.apiServerGet(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", apiServerProfileSeconds))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = body.Close() }()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// apiServerGet GETs path from the API server as the administrator.
+func (r *binariesRun) apiServerGet(ctx context.Context, path string) (io.ReadCloser, error) {
+	hc, err := rest.HTTPClientFor(r.env.cfg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(r.env.cfg.Host, "/")+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return resp.Body, nil
 }
 
 // waitFor is waitFor that also fails when a binary stops on its own.
