@@ -27,8 +27,11 @@ const (
 	// ReasonAllDevicesHealthy, ReasonUnhealthyDevices, ReasonPluginDisconnected.
 	NodeDeviceHealthy = "Healthy"
 
-	// NodeDeviceAgentReady is written by the controller: True while the node agent renews its
-	// Lease. Reasons: ReasonAgentLeaseValid, ReasonAgentLeaseExpired, ReasonAgentLeaseMissing.
+	// NodeDeviceAgentReady is True while the node agent renews its Lease. The agent writes it True
+	// with a shard's first status (as the kubelet posts its node's Ready condition); the
+	// controller judges the Lease and writes False once it expires or is missing, and True again
+	// when it is renewed. Reasons: ReasonAgentLeaseValid, ReasonAgentLeaseExpired,
+	// ReasonAgentLeaseMissing.
 	NodeDeviceAgentReady = "AgentReady"
 
 	// NodeDeviceRuntimeInjectionReady is True while the node agent is connected to the container

@@ -19,10 +19,13 @@ package contract
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 )
 
 // Namespace is where both installs (the Helm chart and config/default) put the agent and the
@@ -52,6 +55,22 @@ const AgentLeasePrefix = "kubedevice-agent-"
 // AgentLeaseName returns the name of the Lease the agent of node renews.
 func AgentLeaseName(node string) string {
 	return AgentLeasePrefix + node
+}
+
+// AgentReadyCondition is the AgentReady condition of a NodeDevice at generation while the agent of
+// node renews its Lease in namespace. The controller writes it (and False once the Lease expires);
+// the agent seeds it on a NodeDevice whose status it writes for the first time, so a new shard does
+// not cost the controller a write of an object of up to 128 devices to say what the agent's own
+// write already shows. Both must write the same reason and message, or each would rewrite the
+// other's.
+func AgentReadyCondition(namespace, node string, generation int64) metav1.Condition {
+	return metav1.Condition{
+		Type:               kdv1alpha1.NodeDeviceAgentReady,
+		Status:             metav1.ConditionTrue,
+		Reason:             kdv1alpha1.ReasonAgentLeaseValid,
+		Message:            fmt.Sprintf("The node agent renews its Lease %s/%s.", namespace, AgentLeaseName(node)),
+		ObservedGeneration: generation,
+	}
 }
 
 // LeaderElectionID names the Lease the controller replicas elect a leader with, in the

@@ -18,13 +18,16 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -69,25 +72,47 @@ func conditionChanged(got *metav1.Condition, want *metav1.Condition) bool {
 		got.ObservedGeneration != want.ObservedGeneration
 }
 
-// applyFinalizer server-side applies the node-capacity finalizer onto the NodeDevice nd (present)
-// or off it, under FieldOwner. Finalizers are a set, so other writers' finalizers are left alone
-// whatever the object's resourceVersion. The body carries nd's UID: the API server refuses it
-// rather than create an object that is gone, or touch one recreated under the same name, and
-// either refusal, like NotFound, means there is nothing left to do for nd.
-func applyFinalizer(ctx context.Context, c client.Client, nd client.Object, present bool) error {
+// applyFinalizer server-side applies the node-capacity finalizer onto the NodeDevice nd under
+// FieldOwner. Finalizers are a set, so other writers' finalizers are left alone whatever the
+// object's resourceVersion. The body carries nd's UID: the API server refuses it rather than
+// create an object that is gone, or touch one recreated under the same name, and either refusal,
+// like NotFound, means there is nothing left to do for nd.
+func applyFinalizer(ctx context.Context, c client.Client, nd client.Object) error {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(nodeDeviceGVK)
 	u.SetName(nd.GetName())
 	u.SetUID(nd.GetUID())
-	if present {
-		u.SetFinalizers([]string{NodeCapacityFinalizer})
-	}
+	u.SetFinalizers([]string{NodeCapacityFinalizer})
 	err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
 	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
-	if present {
-		return fmt.Errorf("adding the finalizer of NodeDevice %q: %w", nd.GetName(), err)
+	return fmt.Errorf("adding the finalizer of NodeDevice %q: %w", nd.GetName(), err)
+}
+
+// dropFinalizer removes the node-capacity finalizer from the NodeDevice nd with a JSON patch that
+// tests nd's UID and the entry's position first. An apply could not: the agent puts the finalizer
+// on with the object (under its own field manager), and an apply only gives up the applier's own
+// claim on a field that another manager still holds. A failed test (the cache was behind) is an
+// error, and the reconcile runs again on what the API server has; NotFound means it is done.
+func dropFinalizer(ctx context.Context, c client.Client, nd client.Object) error {
+	i := slices.Index(nd.GetFinalizers(), NodeCapacityFinalizer)
+	if i < 0 {
+		return nil
 	}
-	return fmt.Errorf("removing the finalizer of NodeDevice %q: %w", nd.GetName(), err)
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": nd.GetUID()},
+		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": NodeCapacityFinalizer},
+		{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)},
+	})
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(nodeDeviceGVK)
+	u.SetName(nd.GetName())
+	if err := c.Patch(ctx, u, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the finalizer of NodeDevice %q: %w", nd.GetName(), err)
+	}
+	return nil
 }

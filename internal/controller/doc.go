@@ -21,9 +21,11 @@ limitations under the License.
 //     zero while the node's agent Lease is expired; keeps a resource at "0" once its NodeDevices
 //     are gone (the kubedevice.io/node-capacity finalizer holds the last one until then); deletes
 //     the NodeDevices of deleted Nodes.
-//   - nodedevice (per NodeDevice): puts that finalizer on, and keeps the AgentReady condition, which
-//     the controller owns (server-side apply, field owner kubedevice-controller), in line with the
-//     agent's Lease.
+//   - nodedevice (per NodeDevice): puts that finalizer on where the agent has not (the agent puts it
+//     on with the object), and keeps the AgentReady condition in line with the agent's Lease: the
+//     agent seeds it True with a shard's first status, the controller (server-side apply, field
+//     owner kubedevice-controller) writes False when the Lease expires and True when it is back,
+//     and True on a shard whose agent wrote its status without it.
 //   - deviceallocation (per DeviceAllocation): deletes allocations whose pod and agent are both
 //     gone, and marks live allocations holding the same device with a Conflict condition and a
 //     Warning event.

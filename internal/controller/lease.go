@@ -77,10 +77,11 @@ func agentStateOf(lease *coordinationv1.Lease, namespace, node string, duration 
 				name, renewed.UTC().Format(time.RFC3339), duration),
 		}
 	}
+	valid := contract.AgentReadyCondition(namespace, node, 0)
 	return agentState{
 		ready:   true,
-		reason:  kdv1alpha1.ReasonAgentLeaseValid,
-		message: fmt.Sprintf("The node agent renews its Lease %s.", name),
+		reason:  valid.Reason,
+		message: valid.Message,
 		// Come back just after the expiry instant, when now.After(expiry) holds.
 		expiresIn: expiry.Sub(now) + time.Millisecond,
 	}

@@ -239,7 +239,7 @@ func removeFinalizer(ctx context.Context, c client.Client, nd *kdv1alpha1.NodeDe
 	if !controllerutil.ContainsFinalizer(nd, NodeCapacityFinalizer) {
 		return nil
 	}
-	return applyFinalizer(ctx, c, nd, false)
+	return dropFinalizer(ctx, c, nd)
 }
 
 // nodeCapacityChanged passes Node events except updates that leave status.capacity and

@@ -105,7 +105,7 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	got := meta.FindStatusCondition(nd.Status.Conditions, kdv1alpha1.NodeDeviceAgentReady)
 	want := agentReadyCondition(nd, agent, metav1.NewTime(now))
-	if conditionChanged(got, &want) && !r.appliedLately(nd, want) {
+	if conditionChanged(got, &want) && !r.appliedLately(nd, want) && !awaitsAgentStatus(nd, got, want) {
 		if err := applyConditions(ctx, r.client, nodeDeviceGVK, client.ObjectKeyFromObject(nd), want); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -120,6 +120,23 @@ func (r *nodeDeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{RequeueAfter: agent.expiresIn}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// awaitsAgentStatus reports whether writing want can wait for the agent's first status write of
+// nd: the agent seeds the AgentReady condition of a valid Lease with it (contract.AgentReadyCondition),
+// so writing True before that would only cost another write of the object. An object whose status
+// has been written and that lacks the condition (an agent that does not seed it) gets it from the
+// controller, as does any False.
+func awaitsAgentStatus(nd *kdv1alpha1.NodeDevice, got *metav1.Condition, want metav1.Condition) bool {
+	return got == nil && want.Status == metav1.ConditionTrue && statusUnwritten(&nd.Status)
+}
+
+// statusUnwritten reports whether st is a NodeDevice's status as created, before any status
+// write: the agent's first one always lists conditions (Registered, Healthy) and a path.
+func statusUnwritten(st *kdv1alpha1.NodeDeviceStatus) bool {
+	return st.Path == "" && st.Plugin == nil && len(st.Devices) == 0 && len(st.Conditions) == 0 &&
+		st.Checkpoint == nil && st.Capacity == 0 && st.Allocatable == 0 && st.Allocated == 0 &&
+		st.Unhealthy == 0 && st.Cordoned == 0 && st.ObservedGeneration == 0
 }
 
 // appliedLately reports whether want was written to nd (the same object) in the last
@@ -164,7 +181,7 @@ func (r *nodeDeviceReconciler) ensureFinalizer(ctx context.Context, nd *kdv1alph
 	if controllerutil.ContainsFinalizer(nd, NodeCapacityFinalizer) {
 		return nil
 	}
-	return applyFinalizer(ctx, r.client, nd, true)
+	return applyFinalizer(ctx, r.client, nd)
 }
 
 // nodeDevicesOfLease maps an agent Lease to the NodeDevices of its node.

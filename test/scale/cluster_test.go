@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	kdcontroller "github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
@@ -73,6 +75,12 @@ func createCluster(ctx context.Context, c client.Client, p params) (*cluster, er
 			nd := testutil.MakeNodeDevice(nodeDeviceName(node, s)).Node(node).Resource(string(gopher)).
 				Shard(int32(s)).Devices(fmt.Sprintf("gopher-%d", s), p.devices).
 				Plugin(kdv1alpha1.PluginStateRegistered).Obj()
+			// As the agent writes a new shard: the controller's finalizer with the object, and the
+			// AgentReady condition of a valid Lease with its first status (generation 1).
+			nd.Finalizers = []string{contract.NodeCapacityFinalizer}
+			ready := contract.AgentReadyCondition(agentNamespace, node, 1)
+			ready.LastTransitionTime = metav1.NewTime(time.Now().Truncate(time.Second))
+			nd.Status.Conditions = append(nd.Status.Conditions, ready)
 			cl.nodeDevices = append(cl.nodeDevices, nd)
 			cl.unhealthy[nd.Name] = 0
 		}
@@ -208,8 +216,9 @@ func (cl *cluster) flip(ctx context.Context, nd *kdv1alpha1.NodeDevice) (int64, 
 	}
 }
 
-// unpublish takes back everything a controller wrote (the finalizer, the AgentReady condition and
-// the node capacity), as on a cluster where the controller was never installed.
+// unpublish takes back everything a controller wrote (a finalizer or AgentReady condition it applied,
+// and the node capacity), as on a cluster where the controller was never installed: the agents'
+// own finalizer and AgentReady condition stay.
 func (cl *cluster) unpublish(ctx context.Context) error {
 	err := forEach(ctx, len(cl.nodeDevices), func(ctx context.Context, i int) error {
 		nd := cl.nodeDevices[i]

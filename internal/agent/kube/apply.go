@@ -96,7 +96,7 @@ func toApply(gvk schema.GroupVersionKind, obj client.Object) (*unstructured.Unst
 	if ns := obj.GetNamespace(); ns != "" {
 		meta["namespace"] = ns
 	}
-	for _, f := range []string{"labels", "ownerReferences"} {
+	for _, f := range []string{"labels", "ownerReferences", "finalizers"} {
 		if v, ok := m["metadata"].(map[string]any)[f]; ok {
 			meta[f] = v
 		}

@@ -39,6 +39,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
@@ -102,6 +103,14 @@ type Options struct {
 	// write), DevicePathObserved for those it observes. A resource the core serves through DRA
 	// (ResourceSnapshot.ServedByDRA) is written as DevicePathDRA whatever this says.
 	Path kdv1alpha1.DevicePath
+	// LeaseNamespace is where the agent renews its Lease. When set, the mirror writes the
+	// AgentReady condition the controller would write for a valid Lease
+	// (contract.AgentReadyCondition) with a shard's first status, and keeps it in later writes,
+	// as the kubelet posts its node's Ready condition and the node lifecycle controller marks it
+	// when the heartbeats stop: the controller still judges the Lease and writes False when it
+	// expires, but a new shard no longer costs it a write of the whole object. Empty: AgentReady
+	// is left to the controller alone.
+	LeaseNamespace string
 	// Gate holds every reconcile until the agent has started.
 	Gate *kube.Gate
 	// Clock drives the pacing, the settling queue and the conditions.
@@ -313,6 +322,11 @@ func newNodeDevice(node *corev1.Node, resource string, p shardPlan) *kdv1alpha1.
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   p.name,
 			Labels: nodeDeviceLabels(node.Name, resource),
+			// The controller's finalizer, put on with the object: the controller zeroes the
+			// resource on the node before it lets a NodeDevice go, and adding the finalizer itself
+			// would cost a write of the object (of up to 128 devices, once its status is written)
+			// per new shard.
+			Finalizers: []string{contract.NodeCapacityFinalizer},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
 			}},
@@ -329,6 +343,9 @@ func (r *reconciler) desiredStatus(snap nodeagent.ResourceSnapshot, devices []no
 	if st.Path == "" {
 		// A resource the core serves through DRA says so itself; every other takes the mirror's.
 		st.Path = r.Path
+	}
+	if r.LeaseNamespace != "" {
+		st = withAgentReady(st, current, r.LeaseNamespace, r.NodeName, generation, now)
 	}
 	if !r.injects {
 		return st

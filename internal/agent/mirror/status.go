@@ -33,8 +33,9 @@ import (
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
-// nodeDeviceConditions are the condition types the agent owns on a NodeDevice. AgentReady belongs
-// to the controller, which applies it under its own field owner.
+// nodeDeviceConditions are the condition types the agent owns on a NodeDevice and compares.
+// AgentReady is the controller's verdict on the agent's Lease: the agent seeds it on a new shard
+// and carries it in its writes (withAgentReady), but never writes for it.
 var nodeDeviceConditions = []string{kdv1alpha1.NodeDeviceRegistered, kdv1alpha1.NodeDeviceHealthy, kdv1alpha1.NodeDeviceRuntimeInjectionReady}
 
 // shardPlan is one NodeDevice the agent wants for a resource: its identity and the devices it
@@ -86,8 +87,8 @@ func planShards(node string, snap nodeagent.ResourceSnapshot, existing []kdv1alp
 	return keep, remove
 }
 
-// nodeDeviceMetaUpToDate reports whether nd already has the labels, owner reference and spec
-// fields the agent applies.
+// nodeDeviceMetaUpToDate reports whether nd already has the labels, owner reference, finalizer and
+// spec fields the agent applies.
 func nodeDeviceMetaUpToDate(nd *kdv1alpha1.NodeDevice, node *corev1.Node, resource string, shard *int32) bool {
 	labels := nodeDeviceLabels(node.Name, resource)
 	for k, v := range labels {
@@ -95,7 +96,7 @@ func nodeDeviceMetaUpToDate(nd *kdv1alpha1.NodeDevice, node *corev1.Node, resour
 			return false
 		}
 	}
-	return kube.HasOwner(nd.OwnerReferences, node.UID) &&
+	return kube.HasOwner(nd.OwnerReferences, node.UID) && slices.Contains(nd.Finalizers, contract.NodeCapacityFinalizer) &&
 		nd.Spec.NodeName == node.Name && nd.Spec.ResourceName == resource &&
 		ptr.Equal(nd.Spec.Shard, shard)
 }
@@ -253,6 +254,26 @@ func withRuntimeInjection(st kdv1alpha1.NodeDeviceStatus, current *kdv1alpha1.No
 	case got != nil:
 		st.Conditions = append(st.Conditions, *got.DeepCopy())
 	}
+	return st
+}
+
+// withAgentReady adds to st the AgentReady condition the agent writes with a shard's status: the
+// condition the controller writes for a valid Lease (contract.AgentReadyCondition) at generation
+// when the object has none or has that one (its transition time kept), otherwise the object's own
+// (the controller has found the Lease expired or missing, and says so until the Lease is renewed;
+// the agent does not overrule it).
+func withAgentReady(st kdv1alpha1.NodeDeviceStatus, current *kdv1alpha1.NodeDevice, namespace, node string,
+	generation int64, now time.Time) kdv1alpha1.NodeDeviceStatus {
+	var got *metav1.Condition
+	if current != nil {
+		got = meta.FindStatusCondition(current.Status.Conditions, kdv1alpha1.NodeDeviceAgentReady)
+	}
+	if got != nil && (got.Status != metav1.ConditionTrue || got.Reason != kdv1alpha1.ReasonAgentLeaseValid) {
+		st.Conditions = append(st.Conditions, *got.DeepCopy())
+		return st
+	}
+	c := contract.AgentReadyCondition(namespace, node, generation)
+	st.Conditions = append(st.Conditions, contract.WithTransitionTime(c, got, metav1.NewTime(now.Truncate(time.Second))))
 	return st
 }
 

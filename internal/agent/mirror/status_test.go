@@ -23,12 +23,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
@@ -336,6 +338,7 @@ func TestNodeDeviceMetaUpToDate(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{
 			Labels:          map[string]string{kdv1alpha1.LabelNodeName: "n1", kdv1alpha1.LabelResourceName: kube.LabelValue(testResource), "team": "x"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: "node-uid"}},
+			Finalizers:      []string{"example.com/other", contract.NodeCapacityFinalizer},
 		},
 		Spec: kdv1alpha1.NodeDeviceSpec{NodeName: "n1", ResourceName: testResource, Shard: ptr.To[int32](0)},
 	}
@@ -354,6 +357,37 @@ func TestNodeDeviceMetaUpToDate(t *testing.T) {
 	}
 	if nodeDeviceMetaUpToDate(good, node, testResource, nil) {
 		t.Error("a different shard is up to date")
+	}
+	noFinalizer := good.DeepCopy()
+	noFinalizer.Finalizers = []string{"example.com/other"}
+	if nodeDeviceMetaUpToDate(noFinalizer, node, testResource, ptr.To[int32](0)) {
+		t.Error("an object without the node-capacity finalizer (made by an earlier agent) is up to date")
+	}
+}
+
+func TestWithAgentReady(t *testing.T) {
+	seeded := withAgentReady(kdv1alpha1.NodeDeviceStatus{}, nil, "ns", "n1", 3, t0)
+	want := contract.AgentReadyCondition("ns", "n1", 3)
+	want.LastTransitionTime = metav1.NewTime(t0)
+	if len(seeded.Conditions) != 1 || !equality.Semantic.DeepEqual(seeded.Conditions[0], want) {
+		t.Fatalf("a new shard's AgentReady = %+v, want %+v", seeded.Conditions, want)
+	}
+
+	// The controller's valid-Lease condition is the same: kept, transition time and all, at the
+	// generation the agent writes.
+	current := &kdv1alpha1.NodeDevice{Status: kdv1alpha1.NodeDeviceStatus{Conditions: []metav1.Condition{seeded.Conditions[0]}}}
+	later := withAgentReady(kdv1alpha1.NodeDeviceStatus{}, current, "ns", "n1", 4, t0.Add(time.Hour))
+	if c := later.Conditions[0]; c.ObservedGeneration != 4 || !c.LastTransitionTime.Time.Equal(t0) || c.Status != metav1.ConditionTrue {
+		t.Errorf("AgentReady kept = %+v, want True at generation 4 since %v", c, t0)
+	}
+
+	// The controller found the Lease expired: the agent carries its verdict unchanged.
+	expired := metav1.Condition{Type: kdv1alpha1.NodeDeviceAgentReady, Status: metav1.ConditionFalse,
+		Reason: kdv1alpha1.ReasonAgentLeaseExpired, Message: "expired", ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(t0)}
+	current.Status.Conditions = []metav1.Condition{expired}
+	carried := withAgentReady(kdv1alpha1.NodeDeviceStatus{}, current, "ns", "n1", 4, t0.Add(time.Hour))
+	if !equality.Semantic.DeepEqual(carried.Conditions, []metav1.Condition{expired}) {
+		t.Errorf("AgentReady over the controller's False = %+v, want it unchanged", carried.Conditions)
 	}
 }
 

@@ -143,8 +143,19 @@ var _ = Describe("Node agent", func() {
 		Expect(condition(nd.Status.Conditions, kdv1alpha1.NodeDeviceHealthy)).To(HaveValue(HaveField("Status", metav1.ConditionTrue)))
 		Expect(nd.Status.Checkpoint).To(HaveValue(HaveField("BootID", "3d1c6a3e-6a5f-4f7e-9d2c-1b2a3c4d5e6f")))
 
-		By("the controller publishing the Node's capacity")
+		By("the agent putting the controller's finalizer and AgentReady on with the shard")
+		Expect(nd.Finalizers).To(ContainElement(kdcontroller.NodeCapacityFinalizer))
+		Expect(condition(nd.Status.Conditions, kdv1alpha1.NodeDeviceAgentReady)).To(HaveValue(And(
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", kdv1alpha1.ReasonAgentLeaseValid))))
+
+		By("the controller publishing the Node's capacity, without a write of the shard")
 		Eventually(nodeCapacity(n.name, gopher)).Should(BeEquivalentTo(4))
+		n.settle()
+		nd, err = n.nodeDevice(gopher, 0)()
+		Expect(err).NotTo(HaveOccurred())
+		for _, mf := range nd.ManagedFields {
+			Expect(mf.Manager).NotTo(Equal(kdcontroller.FieldOwner), "the controller wrote the shard (%s %s)", mf.Operation, mf.Subresource)
+		}
 
 		By("binding a pod that asks for 2")
 		before := n.settle()

@@ -24,10 +24,12 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	kdcontroller "github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
@@ -54,6 +56,48 @@ var _ = Describe("Node capacity", func() {
 			nd, err := nodeDevice(node + "-gopher")()
 			return nd.Finalizers, err
 		}).Should(ContainElement(kdcontroller.NodeCapacityFinalizer))
+	})
+
+	It("writes nothing to a NodeDevice the agent made whole, and lets it go though the agent holds the finalizer too", func() {
+		name := node + "-gopher"
+		nd := testutil.MakeNodeDevice(name).Node(node).Devices("gopher", 4).Obj()
+		nd.Finalizers = []string{kdcontroller.NodeCapacityFinalizer}
+		By("writing it as the agent does: the finalizer with the object, AgentReady with its first status")
+		u := toApplyObject(nd)
+		delete(u.Object, "status")
+		Expect(k8sClient.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(agentFieldOwner), client.ForceOwnership)).To(Succeed())
+		created, err := nodeDevice(name)()
+		Expect(err).NotTo(HaveOccurred())
+		nd.Status.Conditions = []metav1.Condition{
+			{Type: kdv1alpha1.NodeDeviceRegistered, Status: metav1.ConditionTrue, Reason: kdv1alpha1.ReasonPluginRegistered,
+				Message: "registered", ObservedGeneration: created.Generation, LastTransitionTime: metav1.Now()},
+			agentReady(node, created.Generation),
+		}
+		Expect(tryApplyStatusAs(k8sClient, nd, toApplyObject(nd).Object["status"])).To(Succeed())
+		Eventually(published(node, gopher)).Should(Equal("4/4"))
+		waitIdle()
+		Expect(controllerWrites.objectWrites(name)).To(BeZero(), "the controller put on a finalizer the object had")
+		Expect(controllerWrites.of(name)).To(BeZero(), "the controller wrote the AgentReady condition the agent had written")
+		Expect(ndCondition(name, kdv1alpha1.NodeDeviceAgentReady)()).To(Equal("True/AgentLeaseValid"))
+
+		By("deleting it: the resource is withdrawn and the finalizer removed, though the agent's apply holds it too")
+		Expect(k8sClient.Delete(ctx, testutil.MakeNodeDevice(name).Obj())).To(Succeed())
+		Eventually(published(node, gopher)).Should(Equal("0/0"))
+		Eventually(isNotFound(nodeDevice(name))).Should(BeTrue())
+	})
+
+	It("sets AgentReady on a NodeDevice an agent wrote without it (an earlier agent), once its status is there", func() {
+		name := node + "-gopher"
+		Expect(k8sClient.Create(ctx, testutil.MakeNodeDevice(name).Node(node).Obj())).To(Succeed())
+		Eventually(func() ([]string, error) {
+			nd, err := nodeDevice(name)()
+			return nd.Finalizers, err
+		}).Should(ContainElement(kdcontroller.NodeCapacityFinalizer))
+		waitIdle()
+		Expect(ndCondition(name, kdv1alpha1.NodeDeviceAgentReady)()).To(Equal("absent"), "AgentReady before the agent's first status write")
+
+		applyAsAgent(testutil.MakeNodeDevice(name).Node(node).Devices("gopher", 2).Obj())
+		Eventually(ndCondition(name, kdv1alpha1.NodeDeviceAgentReady)).Should(Equal("True/AgentLeaseValid"))
 	})
 
 	It("publishes a new resource once, at its count, not first as 0 before the agent wrote its status", func() {
@@ -244,3 +288,10 @@ var _ = Describe("Node capacity", func() {
 		Eventually(isNotFound(nodeDevice(node + "-gopher"))).Should(BeTrue())
 	})
 })
+
+// agentReady is the AgentReady condition an agent of node seeds with its first status write.
+func agentReady(node string, generation int64) metav1.Condition {
+	c := contract.AgentReadyCondition(agentNamespace, node, generation)
+	c.LastTransitionTime = metav1.Now()
+	return c
+}

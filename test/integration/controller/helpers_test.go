@@ -319,11 +319,13 @@ func loadManifests(paths ...string) []*unstructured.Unstructured {
 
 // controllerWrites counts the controller's status writes to NodeDevices, by object name, from its
 // HTTP transport: what the API server is asked, whether or not the write changes anything.
-var controllerWrites = &statusWrites{counts: map[string]int{}}
+var controllerWrites = &statusWrites{counts: map[string]int{}, objects: map[string]int{}}
 
 type statusWrites struct {
 	mu     sync.Mutex
 	counts map[string]int
+	// objects counts the writes of the NodeDevices themselves (metadata, spec), by name.
+	objects map[string]int
 }
 
 // wrap is a rest.Config WrapTransport.
@@ -336,6 +338,12 @@ func (w *statusWrites) wrap(rt http.RoundTripper) http.RoundTripper {
 			w.counts[parts[4]]++
 			w.mu.Unlock()
 		}
+		// /apis/kubedevice.io/v1alpha1/nodedevices/<name>
+		if (req.Method == http.MethodPatch || req.Method == http.MethodPut) && len(parts) == 5 && parts[3] == "nodedevices" {
+			w.mu.Lock()
+			w.objects[parts[4]]++
+			w.mu.Unlock()
+		}
 		return rt.RoundTrip(req)
 	})
 }
@@ -345,6 +353,13 @@ func (w *statusWrites) of(name string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.counts[name]
+}
+
+// objectWrites returns the writes of the NodeDevice named name itself (not its status) so far.
+func (w *statusWrites) objectWrites(name string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.objects[name]
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
