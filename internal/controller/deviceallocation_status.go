@@ -106,10 +106,10 @@ func conflictCondition(da *kdv1alpha1.DeviceAllocation, conflicts []deviceConfli
 		message = strings.ToValidUTF8(message[:maxConditionMessage-3], "") + "..."
 	}
 	c := contract.WithTransitionTime(metav1.Condition{
-		Type:               kdv1alpha1.DeviceAllocationConflict,
-		Status:             metav1.ConditionTrue,
-		Reason:             kdv1alpha1.ReasonDeviceHeldTwice,
-		Message:            message,
+		Type:    kdv1alpha1.DeviceAllocationConflict,
+		Status:  metav1.ConditionTrue,
+		Reason:  kdv1alpha1.ReasonDeviceHeldTwice,
+		Message: message,
 	}, meta.FindStatusCondition(da.Status.Conditions, kdv1alpha1.DeviceAllocationConflict), now)
 	return &c
 }
