@@ -130,7 +130,7 @@ func TestDeviceAllocationWrittenBeforeTheStatusSubresourceWent(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Served once a status write of the object itself is kept.
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		err := c.Status().Update(ctx, get(ctx, t, c, key))
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
@@ -200,7 +200,7 @@ func TestDeviceAllocationWrittenBeforeTheStatusSubresourceWent(t *testing.T) {
 	// so the condition goes, although an apply of the resource could not remove it.
 	stop := startController(ctx, t, cfg, scheme)
 	defer stop()
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return meta.FindStatusCondition(get(ctx, t, c, key).Status.Conditions, kdv1alpha1.DeviceAllocationConflict) == nil, nil
 	}); err != nil {
 		t.Errorf("the previous controller's Conflict stayed: %+v", get(ctx, t, c, key).Status.Conditions)
