@@ -48,7 +48,7 @@ type outcome struct {
 // by the core, prepared for their first start, told to runtime injection, and mirrored into the
 // pod's DeviceAllocation (a refusal reported with a Warning event once the DeviceAllocation says
 // it). The DeviceAllocation's status is computed once; each object it is compared with only
-// stamps it with its generation and transition time.
+// stamps it with its transition times.
 func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *corev1.Pod, cached *kdv1alpha1.DeviceAllocation) (reconcile.Result, error) {
 	if r.refuseDeleting(pod) {
 		return reconcile.Result{}, nil
