@@ -83,7 +83,7 @@ func adoptedManagedFields(managed []metav1.ManagedFieldsEntry) ([]metav1.Managed
 		case status:
 			continue
 		case resource:
-			m.FieldsV1 = &metav1.FieldsV1{Raw: raw}
+			m.FieldsV1 = metav1.NewFieldsV1(string(raw))
 		}
 		out = append(out, m)
 	}
@@ -117,8 +117,9 @@ func adoptStatusEntry(ctx context.Context, c client.Client, u *unstructured.Unst
 }
 
 func fieldsReader(f *metav1.FieldsV1) *bytes.Reader {
-	if f == nil || len(f.Raw) == 0 {
+	raw := f.GetRawBytes()
+	if len(raw) == 0 {
 		return bytes.NewReader([]byte("{}"))
 	}
-	return bytes.NewReader(f.Raw)
+	return bytes.NewReader(raw)
 }

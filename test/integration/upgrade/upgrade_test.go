@@ -318,10 +318,7 @@ func equalStatus(a, b kdv1alpha1.DeviceAllocationStatus) bool {
 func managedFields(da *kdv1alpha1.DeviceAllocation) string {
 	var out string
 	for _, m := range da.ManagedFields {
-		fields := ""
-		if m.FieldsV1 != nil {
-			fields = string(m.FieldsV1.Raw)
-		}
+		fields := string(m.FieldsV1.GetRawBytes())
 		out += "  " + m.Manager + " " + string(m.Operation) + " subresource=" + m.Subresource + " " + fields + "\n"
 	}
 	return out
