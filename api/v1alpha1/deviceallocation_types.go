@@ -201,8 +201,12 @@ type DeviceAllocationStatus struct {
 // DeviceAllocation records which device plugin devices a pod's containers hold on its node. It lives
 // in the pod's namespace, is written by the node agent, and is owned by the pod.
 //
+// It has no status subresource: it is a record the node agent writes whole, like a ResourceSlice
+// (spec and status in one request), and the controller adds its Conflict condition to it. So
+// metadata.generation counts every change, status included, and its conditions carry no
+// observedGeneration.
+//
 // +kubebuilder:object:root=true
-// +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=da,categories=devices
 // +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.spec.podName`
@@ -219,7 +223,8 @@ type DeviceAllocation struct {
 	// +required
 	Spec DeviceAllocationSpec `json:"spec"`
 
-	// status is written by the node agent.
+	// status is written by the node agent (the Conflict condition by the controller), in the same
+	// resource as spec: there is no status subresource.
 	// +optional
 	Status DeviceAllocationStatus `json:"status,omitempty"`
 }

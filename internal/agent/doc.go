@@ -61,7 +61,6 @@ limitations under the License.
 // +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices/status,verbs=patch
 // +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

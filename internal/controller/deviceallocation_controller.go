@@ -135,16 +135,15 @@ func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	}
 	got := meta.FindStatusCondition(da.Status.Conditions, kdv1alpha1.DeviceAllocationConflict)
 	want := conflictCondition(da, findConflicts(da, peers), metav1.NewTime(now))
-	if conditionChanged(got, want) {
-		var conds []metav1.Condition
-		if want != nil {
-			conds = append(conds, *want)
-		}
-		if err := applyConditions(ctx, r.client, deviceAllocationGVK, req.NamespacedName, conds...); err != nil {
+	if conflictChanged(got, want) {
+		wrote, err := writeConflict(ctx, r.client, da, want)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
-		logger.Info("Set the Conflict condition", "conflict", want != nil)
-		if conflictStarted(got, want) {
+		if wrote {
+			logger.Info("Set the Conflict condition", "conflict", want != nil)
+		}
+		if wrote && conflictStarted(got, want) {
 			r.recorder.Eventf(da, firstOther(da, peers), corev1.EventTypeWarning, kdv1alpha1.ReasonDeviceHeldTwice,
 				"DetectConflict", "%s", want.Message)
 		}

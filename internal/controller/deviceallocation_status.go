@@ -106,11 +106,10 @@ func conflictCondition(da *kdv1alpha1.DeviceAllocation, conflicts []deviceConfli
 		message = strings.ToValidUTF8(message[:maxConditionMessage-3], "") + "..."
 	}
 	c := contract.WithTransitionTime(metav1.Condition{
-		Type:               kdv1alpha1.DeviceAllocationConflict,
-		Status:             metav1.ConditionTrue,
-		Reason:             kdv1alpha1.ReasonDeviceHeldTwice,
-		Message:            message,
-		ObservedGeneration: da.Generation,
+		Type:    kdv1alpha1.DeviceAllocationConflict,
+		Status:  metav1.ConditionTrue,
+		Reason:  kdv1alpha1.ReasonDeviceHeldTwice,
+		Message: message,
 	}, meta.FindStatusCondition(da.Status.Conditions, kdv1alpha1.DeviceAllocationConflict), now)
 	return &c
 }
@@ -119,4 +118,17 @@ func conflictCondition(da *kdv1alpha1.DeviceAllocation, conflicts []deviceConfli
 // warn once.
 func conflictStarted(got, want *metav1.Condition) bool {
 	return want != nil && want.Status == metav1.ConditionTrue && (got == nil || got.Status != metav1.ConditionTrue)
+}
+
+// conflictChanged reports whether the Conflict condition got (nil: none) must become want (nil:
+// none). observedGeneration is not compared: the controller sets none (a DeviceAllocation has no
+// status subresource, so its generation counts every write, the agent's included), and one a
+// controller set while the kind had a status subresource is no reason to write.
+func conflictChanged(got, want *metav1.Condition) bool {
+	if got != nil && got.ObservedGeneration != 0 {
+		g := *got
+		g.ObservedGeneration = 0
+		got = &g
+	}
+	return conditionChanged(got, want)
 }

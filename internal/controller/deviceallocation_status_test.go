@@ -115,7 +115,7 @@ func TestConflictCondition(t *testing.T) {
 	want := &metav1.Condition{
 		Type: kdv1alpha1.DeviceAllocationConflict, Status: metav1.ConditionTrue, Reason: kdv1alpha1.ReasonDeviceHeldTwice,
 		Message:            "Devices on node n1 held by another live DeviceAllocation: example.com/gopher g1 is also held by ns2/b.",
-		ObservedGeneration: 1, LastTransitionTime: now,
+		LastTransitionTime: now,
 	}
 	if diff := cmp.Diff(want, conflictCondition(&a, conflicts, now)); diff != "" {
 		t.Errorf("first conflict (-want +got):\n%s", diff)
@@ -125,6 +125,24 @@ func TestConflictCondition(t *testing.T) {
 	a.Status.Conditions[0].LastTransitionTime = earlier
 	if got := conflictCondition(&a, conflicts, now); got.LastTransitionTime != earlier {
 		t.Errorf("a lasting conflict moved its transition time to %v", got.LastTransitionTime)
+	}
+
+	// No status subresource: the generation counts the agent's writes too, so the condition
+	// observes none, and one a controller wrote while there was a status subresource is no reason
+	// to write; any other difference is.
+	a.Generation = 5
+	old := *want
+	old.ObservedGeneration = 1
+	if conflictChanged(&old, conflictCondition(&a, conflicts, now)) {
+		t.Error("an earlier controller's observedGeneration on an unchanged conflict asks for a write")
+	}
+	if !conflictChanged(&old, nil) || !conflictChanged(nil, want) {
+		t.Error("a conflict that started or ended asks for no write")
+	}
+	other := *want
+	other.Message = "other"
+	if !conflictChanged(&old, &other) {
+		t.Error("a changed message asks for no write")
 	}
 
 	many := make([]deviceConflict, 40)

@@ -48,8 +48,7 @@ limitations under the License.
 //
 // +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=kubedevice.io,resources=nodedevices/status,verbs=patch
-// +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations/status,verbs=patch
+// +kubebuilder:rbac:groups=kubedevice.io,resources=deviceallocations,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=deviceclasses,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch

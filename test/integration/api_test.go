@@ -257,29 +257,36 @@ var _ = Describe("NodeDevice API", func() {
 })
 
 var _ = Describe("DeviceAllocation API", func() {
-	It("creates, writes status and reads back", func() {
+	It("creates with status in one request, has no status subresource, and reads back", func() {
 		ns := newNamespace()
-		da := testutil.MakeDeviceAllocation("gopher-pod", ns).Obj()
-		Expect(k8sClient.Create(ctx, da)).To(Succeed())
-		da.Status = testutil.MakeDeviceAllocation("", "").
+		da := testutil.MakeDeviceAllocation("gopher-pod", ns).
 			Container("app", "example.com/gopher", "gopher-0", "gopher-2").
 			Summary("example.com/gopher=gopher-0,gopher-2").
 			Condition(metav1.Condition{
 				Type: kdv1alpha1.DeviceAllocationAllocated, Status: metav1.ConditionTrue,
 				Reason: kdv1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now(),
-			}).Obj().Status
+			}).Obj()
 		da.Status.Containers[0].RuntimeOptions = &kdv1alpha1.ContainerRuntimeOptions{
 			Envs:   []kdv1alpha1.EnvVar{{Name: "GOPHER", Value: "gopher-0,gopher-2"}},
 			Mounts: []kdv1alpha1.Mount{{ContainerPath: "/gophers/gopher-0", HostPath: "/etc/gophers/gopher-0", ReadOnly: true}},
 		}
-		Expect(k8sClient.Status().Update(ctx, da)).To(Succeed())
+		Expect(k8sClient.Create(ctx, da)).To(Succeed())
 
 		got := &kdv1alpha1.DeviceAllocation{}
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(da), got)).To(Succeed())
 		Expect(got.Spec).To(Equal(da.Spec))
-		Expect(got.Status.Containers).To(HaveLen(1))
+		Expect(got.Status.Containers).To(HaveLen(1), "the status given at creation was dropped")
 		Expect(got.Status.Containers[0].Resources[0].DeviceIDs).To(Equal([]string{"gopher-0", "gopher-2"}))
 		Expect(got.Status.Containers[0].RuntimeOptions.Envs).To(Equal(da.Status.Containers[0].RuntimeOptions.Envs))
+		Expect(got.Generation).To(Equal(int64(1)))
+
+		// No status subresource: a status write is a write of the object, and counts in its
+		// generation.
+		Expect(apierrors.IsNotFound(k8sClient.Status().Update(ctx, got.DeepCopy()))).To(BeTrue(), "the status subresource is served")
+		got.Status.Summary = "example.com/gopher=gopher-0"
+		Expect(k8sClient.Update(ctx, got)).To(Succeed())
+		Expect(got.Status.Summary).To(Equal("example.com/gopher=gopher-0"))
+		Expect(got.Generation).To(Equal(int64(2)))
 	})
 
 	DescribeTable("CEL rules refuse changes to immutable fields",
@@ -311,13 +318,12 @@ var _ = Describe("DeviceAllocation API", func() {
 	It("prints the documented columns for kubectl get deviceallocations -A", func() {
 		ns := newNamespace()
 		da := testutil.MakeDeviceAllocation("cols-gopher-pod", ns).Node("cols-node-1").Obj()
-		Expect(k8sClient.Create(ctx, da)).To(Succeed())
 		da.Status.Summary = "example.com/gopher=gopher-0"
 		da.Status.Conditions = []metav1.Condition{{
 			Type: kdv1alpha1.DeviceAllocationAllocated, Status: metav1.ConditionTrue,
 			Reason: kdv1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now(),
 		}}
-		Expect(k8sClient.Status().Update(ctx, da)).To(Succeed())
+		Expect(k8sClient.Create(ctx, da)).To(Succeed())
 
 		table := getTable("/apis/kubedevice.io/v1alpha1/deviceallocations")
 		Expect(columnNames(table)).To(Equal([]string{"Name", "Pod", "Node", "Resources", "Allocated", "Age"}))

@@ -24,7 +24,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -49,7 +48,7 @@ type outcome struct {
 // by the core, prepared for their first start, told to runtime injection, and mirrored into the
 // pod's DeviceAllocation (a refusal reported with a Warning event once the DeviceAllocation says
 // it). The DeviceAllocation's status is computed once; each object it is compared with only
-// stamps it with its generation and transition time.
+// stamps it with its transition times.
 func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *corev1.Pod, cached *kdv1alpha1.DeviceAllocation) (reconcile.Result, error) {
 	if r.refuseDeleting(pod) {
 		return reconcile.Result{}, nil
@@ -72,7 +71,7 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	current, upToDate, err := kube.Fresh(ctx, r.apiReader, r.written, kube.DeviceAllocationGVK.Kind,
 		client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}, cached,
 		func(da *kdv1alpha1.DeviceAllocation) bool {
-			return metaUpToDate(da, pod) && statusUpToDate(da, stamped(want, da, da.Generation))
+			return metaUpToDate(da, pod) && statusUpToDate(da, stamped(want, da))
 		})
 	if err != nil {
 		return reconcile.Result{}, err
@@ -139,33 +138,15 @@ func (r *reconciler) refuseDeleting(pod *corev1.Pod) bool {
 	return true
 }
 
-// record writes pod's DeviceAllocation: its metadata and spec when current (nil: none yet) lacks
-// them, then its status, want stamped for the object; a refusal newly recorded is reported.
+// record writes pod's DeviceAllocation, current (nil: none yet) not saying what want says: its
+// metadata, spec and status (want stamped for the object) in one apply; a refusal newly recorded is
+// reported.
 func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1alpha1.DeviceAllocation,
 	want kdv1alpha1.DeviceAllocationStatus, out outcome) error {
-	var generation int64
-	if current != nil {
-		generation = current.Generation
-	}
-	key := client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}
-	if current == nil || !metaUpToDate(current, pod) {
-		r.written.Wrote(key)
-		gen, err := kube.Apply(ctx, r.client, kube.DeviceAllocationGVK, newDeviceAllocation(pod))
-		if err != nil {
-			return err
-		}
-		generation = gen
-	}
-	st := stamped(want, current, generation)
-	if statusUpToDate(current, st) {
-		return nil
-	}
-	da := &kdv1alpha1.DeviceAllocation{
-		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
-		Status:     st,
-	}
-	r.written.Wrote(key)
-	if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, da); err != nil {
+	st := stamped(want, current)
+	r.written.Wrote(client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))})
+	da, err := kube.WriteDeviceAllocation(ctx, r.client, pod, st)
+	if err != nil {
 		return err
 	}
 	if out.err == nil {
@@ -208,9 +189,6 @@ func (r *reconciler) requeue(ctx context.Context, req reconcile.Request, allocEr
 	return reconcile.Result{}
 }
 
-// newDeviceAllocation and metaUpToDate are the metadata and spec the agent applies for a pod's
-// DeviceAllocation (package kube, shared with the observe flow).
-var (
-	newDeviceAllocation = kube.NewDeviceAllocation
-	metaUpToDate        = kube.DeviceAllocationMetaUpToDate
-)
+// metaUpToDate compares the metadata and spec the agent applies for a pod's DeviceAllocation
+// (package kube, shared with the observe flow).
+var metaUpToDate = kube.DeviceAllocationMetaUpToDate

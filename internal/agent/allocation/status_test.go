@@ -51,7 +51,7 @@ func TestDeviceAllocationStatus(t *testing.T) {
 		{Name: "init", Resources: []nodeagent.ResourceAllocation{{ResourceName: testResource, DeviceIDs: []string{"dev-0"}}}},
 	}}
 
-	st := stamped(desiredStatus(pod, alloc, nil, t1), nil, 1)
+	st := stamped(desiredStatus(pod, alloc, nil, t1), nil)
 	want := kdv1alpha1.DeviceAllocationStatus{
 		Summary: "acme.io/fpga=f-0;example.com/gopher=dev-0,dev-1",
 		Containers: []kdv1alpha1.ContainerAllocation{
@@ -67,7 +67,7 @@ func TestDeviceAllocationStatus(t *testing.T) {
 			}},
 		},
 		Conditions: []metav1.Condition{{
-			Type: kdv1alpha1.DeviceAllocationAllocated, Status: metav1.ConditionTrue, ObservedGeneration: 1,
+			Type: kdv1alpha1.DeviceAllocationAllocated, Status: metav1.ConditionTrue,
 			Reason: kdv1alpha1.ReasonAllocated, Message: "The pod's 3 devices are allocated and checkpointed on node n1.",
 			LastTransitionTime: metav1.NewTime(t1.Truncate(1e9)),
 		}},
@@ -81,7 +81,7 @@ func TestDeviceAllocationStatus(t *testing.T) {
 	current.Status.Conditions = append(current.Status.Conditions, metav1.Condition{
 		Type: kdv1alpha1.DeviceAllocationConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", LastTransitionTime: metav1.Now(),
 	})
-	again := stamped(desiredStatus(pod, alloc, nil, t1.Add(3600e9)), current, 1)
+	again := stamped(desiredStatus(pod, alloc, nil, t1.Add(3600e9)), current)
 	if !statusUpToDate(current, again) {
 		t.Errorf("an unchanged allocation is not up to date:\n%s", cmp.Diff(current.Status, again))
 	}
@@ -93,19 +93,19 @@ func TestDeviceAllocationStatus(t *testing.T) {
 func TestDeviceAllocationStatusRefused(t *testing.T) {
 	pod := testutil.MakePod("p", "ns").Node("n1").Request(testResource, 5).Obj()
 	err := &nodeagent.AllocationError{Reason: nodeagent.AllocationInsufficientDevices, Err: errors.New("requested number of devices unavailable for example.com/gopher. Requested: 5, Available: 4")}
-	st := stamped(desiredStatus(pod, nil, err, t1), nil, 1)
+	st := stamped(desiredStatus(pod, nil, err, t1), nil)
 	if st.Summary != "" || len(st.Containers) != 0 {
 		t.Errorf("a refused pod lists devices: %+v", st)
 	}
 	want := []metav1.Condition{{
-		Type: kdv1alpha1.DeviceAllocationAllocated, Status: metav1.ConditionFalse, ObservedGeneration: 1,
+		Type: kdv1alpha1.DeviceAllocationAllocated, Status: metav1.ConditionFalse,
 		Reason: kdv1alpha1.ReasonInsufficientDevices, Message: err.Error(), LastTransitionTime: metav1.NewTime(t1.Truncate(1e9)),
 	}}
 	if diff := cmp.Diff(want, st.Conditions); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)
 	}
 	// Any other error is AllocateFailed.
-	st = stamped(desiredStatus(pod, nil, errors.New("rpc error"), t1), nil, 1)
+	st = stamped(desiredStatus(pod, nil, errors.New("rpc error"), t1), nil)
 	if got := st.Conditions[0].Reason; got != kdv1alpha1.ReasonAllocateFailed {
 		t.Errorf("reason for a plain error = %s, want %s", got, kdv1alpha1.ReasonAllocateFailed)
 	}
@@ -142,8 +142,8 @@ func TestPodAllocationOfRoundTrip(t *testing.T) {
 			Annotations: []poddevices.Annotation{{Key: "k", Value: "v"}},
 		},
 	}}}
-	da := newDeviceAllocation(pod)
-	da.Status = stamped(desiredStatus(pod, &alloc, nil, t1), nil, 1)
+	da := kube.NewDeviceAllocation(pod)
+	da.Status = stamped(desiredStatus(pod, &alloc, nil, t1), nil)
 	got, ok := podAllocationOf(da)
 	if !ok {
 		t.Fatal("an allocated DeviceAllocation was not rebuilt")
@@ -155,7 +155,7 @@ func TestPodAllocationOfRoundTrip(t *testing.T) {
 	released := da.DeepCopy()
 	released.Status = releasedStatus(da, kdv1alpha1.ReasonPodTerminated, "done", t1)
 	refused := da.DeepCopy()
-	refused.Status = stamped(desiredStatus(pod, nil, errors.New("no"), t1), nil, 1)
+	refused.Status = stamped(desiredStatus(pod, nil, errors.New("no"), t1), nil)
 	if got := PodAllocationsOf([]kdv1alpha1.DeviceAllocation{*da, *released, *refused}); len(got) != 1 {
 		t.Errorf("rebuilt %d allocations, want only the live one", len(got))
 	}
@@ -176,17 +176,44 @@ func TestSummaryAndTruncate(t *testing.T) {
 }
 
 // The status is computed once per reconcile and stamped for each object it is compared with:
-// stamping observes the object's generation and leaves the computed status as it was.
+// stamping observes no generation (a DeviceAllocation has no status subresource, so its generation
+// counts the writes themselves) and leaves the computed status as it was.
 func TestStampedLeavesWantAlone(t *testing.T) {
 	pod := testutil.MakePod("p", "ns").Node("n1").Request(testResource, 1).Obj()
 	want := desiredStatus(pod, nil, errors.New("no"), t1)
+	want.Conditions[0].ObservedGeneration = 7
 	before := want.DeepCopy()
 	current := &kdv1alpha1.DeviceAllocation{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
-	st := stamped(want, current, current.Generation)
-	if got := st.Conditions[0].ObservedGeneration; got != 3 {
-		t.Errorf("stamped condition observes generation %d, want 3", got)
+	st := stamped(want, current)
+	if got := st.Conditions[0].ObservedGeneration; got != 0 {
+		t.Errorf("stamped condition observes generation %d, want none", got)
 	}
 	if diff := cmp.Diff(*before, want); diff != "" {
 		t.Errorf("stamping changed the computed status (-before +after):\n%s", diff)
+	}
+}
+
+// An object an agent wrote while the kind had a status subresource carries observedGeneration on
+// its conditions: it is up to date all the same (no write for it), and a release drops it.
+func TestObservedGenerationOfAnEarlierAgent(t *testing.T) {
+	pod := testutil.MakePod("p", "ns").UID("uid-1").Node("n1").Request(testResource, 1).Obj()
+	alloc := &nodeagent.PodAllocation{PodUID: "uid-1", Namespace: "ns", Name: "p", Containers: []nodeagent.ContainerAllocation{
+		{Name: "app", Resources: []nodeagent.ResourceAllocation{{ResourceName: testResource, DeviceIDs: []string{"dev-0"}}}},
+	}}
+	old := kube.NewDeviceAllocation(pod)
+	old.Generation = 1
+	old.Status = stamped(desiredStatus(pod, alloc, nil, t1), nil)
+	old.Status.Conditions[0].ObservedGeneration = 1
+	if !statusUpToDate(old, stamped(desiredStatus(pod, alloc, nil, t1.Add(3600e9)), old)) {
+		t.Error("an earlier agent's observedGeneration makes an unchanged allocation out of date")
+	}
+	changed := stamped(desiredStatus(pod, nil, errors.New("no"), t1), old)
+	if statusUpToDate(old, changed) {
+		t.Error("a refusal of an allocated pod is up to date")
+	}
+	for _, c := range releasedStatus(old, kdv1alpha1.ReasonPodDeleted, "gone", t1).Conditions {
+		if c.ObservedGeneration != 0 {
+			t.Errorf("released status: condition %s observes generation %d, want none", c.Type, c.ObservedGeneration)
+		}
 	}
 }

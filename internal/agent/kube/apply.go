@@ -53,6 +53,35 @@ func Apply(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, ob
 	return u.GetGeneration(), nil
 }
 
+// ApplyWhole server-side applies obj whole, for a kind without a status subresource (a
+// DeviceAllocation): its metadata (name, namespace, labels, owner references), spec and status,
+// as every field the agent owns, in one request under contract.AgentFieldOwner, creating the
+// object if need be. A field the agent applied before and leaves out now is removed; fields of
+// other managers (the controller's Conflict condition) are left alone. Over an object an earlier
+// agent wrote through a status subresource it costs two more writes, once (adoptStatusEntry).
+func ApplyWhole(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, obj client.Object) error {
+	u, err := toApply(gvk, obj)
+	if err != nil {
+		return err
+	}
+	body := u.DeepCopy()
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(contract.AgentFieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
+	}
+	CountWrite(gvk.Kind, "apply")
+	// An object an earlier agent wrote through the status subresource: once, take over the status
+	// fields it applied there, and apply again so that what this write left out goes.
+	adopted, err := adoptStatusEntry(ctx, c, u)
+	if err != nil || !adopted {
+		return err
+	}
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(body), client.FieldOwner(contract.AgentFieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
+	}
+	CountWrite(gvk.Kind, "apply")
+	return nil
+}
+
 // ApplyStatus server-side applies obj's status as the whole status the agent owns, under
 // contract.AgentFieldOwner. The object must exist: the status subresource never creates one.
 func ApplyStatus(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, obj client.Object) error {

@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,18 +87,35 @@ func DeviceAllocationContainers(pod *corev1.Pod, alloc *nodeagent.PodAllocation)
 
 // NewDeviceAllocation returns the metadata and spec the agent applies for pod's DeviceAllocation.
 func NewDeviceAllocation(pod *corev1.Pod) *kdv1alpha1.DeviceAllocation {
+	return newDeviceAllocation(pod.Namespace, DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)),
+		kdv1alpha1.DeviceAllocationSpec{NodeName: pod.Spec.NodeName, PodName: pod.Name, PodUID: string(pod.UID)})
+}
+
+// newDeviceAllocation returns the metadata and spec the agent applies for the DeviceAllocation
+// namespace/name of the pod spec names.
+func newDeviceAllocation(namespace, name string, spec kdv1alpha1.DeviceAllocationSpec) *kdv1alpha1.DeviceAllocation {
 	return &kdv1alpha1.DeviceAllocation{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID)),
-			Namespace: pod.Namespace,
+			Name:      name,
+			Namespace: namespace,
 			Labels: map[string]string{
-				kdv1alpha1.LabelNodeName: LabelValue(pod.Spec.NodeName),
-				kdv1alpha1.LabelPodUID:   string(pod.UID),
+				kdv1alpha1.LabelNodeName: LabelValue(spec.NodeName),
+				kdv1alpha1.LabelPodUID:   spec.PodUID,
 			},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: spec.PodName, UID: types.UID(spec.PodUID)}},
 		},
-		Spec: kdv1alpha1.DeviceAllocationSpec{NodeName: pod.Spec.NodeName, PodName: pod.Name, PodUID: string(pod.UID)},
+		Spec: spec,
 	}
+}
+
+// WriteDeviceAllocation writes pod's DeviceAllocation whole, its metadata and spec and st (already
+// stamped for the object), in one server-side apply: the kind has no status subresource, so the
+// object is created with its status, and every later change of status is an apply of the same
+// fields. It returns the object written.
+func WriteDeviceAllocation(ctx context.Context, c client.Client, pod *corev1.Pod, st kdv1alpha1.DeviceAllocationStatus) (*kdv1alpha1.DeviceAllocation, error) {
+	da := NewDeviceAllocation(pod)
+	da.Status = st
+	return da, ApplyWhole(ctx, c, DeviceAllocationGVK, da)
 }
 
 // DeviceAllocationMetaUpToDate reports whether da already has the labels, owner reference and
@@ -112,14 +130,22 @@ func DeviceAllocationMetaUpToDate(da *kdv1alpha1.DeviceAllocation, pod *corev1.P
 	return HasOwner(da.OwnerReferences, pod.UID) && da.Spec == want.Spec
 }
 
-// StampDeviceAllocation returns want for the object current (nil when there is none) at generation: its
-// conditions observe generation, and keep the transition times current records while their
-// status holds. want is not modified.
-func StampDeviceAllocation(want kdv1alpha1.DeviceAllocationStatus, current *kdv1alpha1.DeviceAllocation, generation int64) kdv1alpha1.DeviceAllocationStatus {
+// StampDeviceAllocation returns want for the object current (nil when there is none): its
+// conditions keep the transition times current records while their status holds. want is not
+// modified.
+//
+// The conditions carry no observedGeneration. A DeviceAllocation has no status subresource, so
+// its generation counts every write, the agent's and the controller's (Conflict): the agent cannot
+// know the generation its own apply makes without reading after writing, a generation read before
+// it is stale once the write lands (and `kubectl wait --for=condition=...` takes a condition whose
+// observedGeneration is below metadata.generation as not met), and stamping the current one would
+// make each writer's apply outdate the other's conditions, one more write per write. The spec is
+// immutable, so there is no newer spec for a condition to lag behind.
+func StampDeviceAllocation(want kdv1alpha1.DeviceAllocationStatus, current *kdv1alpha1.DeviceAllocation) kdv1alpha1.DeviceAllocationStatus {
 	st := want
 	st.Conditions = make([]metav1.Condition, len(want.Conditions))
 	for i, c := range want.Conditions {
-		c.ObservedGeneration = generation
+		c.ObservedGeneration = 0
 		var got *metav1.Condition
 		if current != nil {
 			got = meta.FindStatusCondition(current.Status.Conditions, c.Type)
@@ -136,25 +162,38 @@ func ReleasedDeviceAllocationStatus(current *kdv1alpha1.DeviceAllocation, reason
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type:               kdv1alpha1.DeviceAllocationReleased,
 		Status:             metav1.ConditionTrue,
-		ObservedGeneration: current.Generation,
 		Reason:             reason,
 		Message:            message,
 		LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
 	})
+	// No observedGeneration on any condition the agent owns (StampDeviceAllocation).
+	for i := range st.Conditions {
+		st.Conditions[i].ObservedGeneration = 0
+	}
 	return st
 }
 
 // DeviceAllocationStatusUpToDate reports whether the object's status already says what want says,
-// in the fields the agent owns.
+// in the fields the agent owns. A condition's observedGeneration is not compared: the agent sets
+// none (StampDeviceAllocation), and one an earlier agent set while the kind had a status
+// subresource is no reason to write.
 func DeviceAllocationStatusUpToDate(current *kdv1alpha1.DeviceAllocation, want kdv1alpha1.DeviceAllocationStatus) bool {
 	if current == nil {
 		return false
 	}
 	got := current.Status.DeepCopy()
-	got.Conditions = OwnedConditions(got.Conditions, DeviceAllocationConditions)
+	got.Conditions = withoutObservedGeneration(OwnedConditions(got.Conditions, DeviceAllocationConditions))
 	w := want.DeepCopy()
-	w.Conditions = OwnedConditions(w.Conditions, DeviceAllocationConditions)
+	w.Conditions = withoutObservedGeneration(OwnedConditions(w.Conditions, DeviceAllocationConditions))
 	return equality.Semantic.DeepEqual(got, w)
+}
+
+// withoutObservedGeneration zeroes the observedGeneration of conds, in place, and returns them.
+func withoutObservedGeneration(conds []metav1.Condition) []metav1.Condition {
+	for i := range conds {
+		conds[i].ObservedGeneration = 0
+	}
+	return conds
 }
 
 // containerOrder returns the names of the pod's containers that can hold devices, init containers
@@ -244,8 +283,13 @@ func DeviceCount(containers []kdv1alpha1.ContainerAllocation) int {
 	return len(seen)
 }
 
-// ReleaseDeviceAllocation marks da Released and deletes it: two writes, so that a watcher sees why it went. It
-// decides on the object as the API server has it, as the cache may still show one already gone.
+// ReleaseDeviceAllocation marks da Released and deletes it: two writes, so that a watcher sees why
+// it went (the delete event carries the object as last written), and so that, until the delete
+// lands, the object counts as holding nothing: the controller's conflict audit and a rebuild of
+// the node's allocations from the DeviceAllocations skip a Released one. It decides on the object
+// as the API server has it, as the cache may still show one already gone. The Released write is
+// the whole object (the kind has no status subresource): its metadata and spec as the agent
+// applies them, from the object's spec, and its status with Released.
 func ReleaseDeviceAllocation(ctx context.Context, c client.Client, apiReader client.Reader, written *Written, cached *kdv1alpha1.DeviceAllocation, reason, message string, now time.Time) error {
 	if !cached.DeletionTimestamp.IsZero() {
 		return nil
@@ -261,12 +305,10 @@ func ReleaseDeviceAllocation(ctx context.Context, c client.Client, apiReader cli
 		return nil
 	}
 	if !meta.IsStatusConditionTrue(da.Status.Conditions, kdv1alpha1.DeviceAllocationReleased) {
-		rel := &kdv1alpha1.DeviceAllocation{
-			ObjectMeta: metav1.ObjectMeta{Name: da.Name, Namespace: da.Namespace},
-			Status:     ReleasedDeviceAllocationStatus(da, reason, message, now),
-		}
+		rel := newDeviceAllocation(da.Namespace, da.Name, da.Spec)
+		rel.Status = ReleasedDeviceAllocationStatus(da, reason, message, now)
 		written.Wrote(client.ObjectKeyFromObject(da))
-		if err := ApplyStatus(ctx, c, DeviceAllocationGVK, rel); err != nil {
+		if err := ApplyWhole(ctx, c, DeviceAllocationGVK, rel); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}

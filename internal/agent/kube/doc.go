@@ -17,7 +17,8 @@ limitations under the License.
 // Package kube is what every flow of the agent says to the API server the same way: the names of
 // the objects the agent writes (NodeDeviceName, DeviceAllocationName, LabelValue), server-side
 // apply and delete under the agent's field owner with the write counter
-// kubedevice_agent_api_writes_total (Apply, ApplyStatus, Delete), the decision "up to date in the
+// kubedevice_agent_api_writes_total (Apply, ApplyStatus, ApplyWhole for a kind without a status
+// subresource, Delete), the decision "up to date in the
 // cache, else read from the API server and decide again — only if the agent wrote the object
 // lately, else the cache shows it as it is" (Fresh, with the memory of writes Written),
 // the node's pods as the cache

@@ -25,15 +25,15 @@ import (
 // state but the Lease, one per NodeDevice per second at most) can be checked in production.
 var apiWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "kubedevice_agent_api_writes_total",
-	Help: "Writes of the node agent to the API server, by kind and operation (apply, applyStatus, delete, create, update).",
+	Help: "Writes of the node agent to the API server, by kind and operation (apply, applyStatus, adoptStatus, delete, create, update).",
 }, []string{"kind", "operation"})
 
 func init() {
 	metrics.Registry.MustRegister(apiWrites)
 }
 
-// CountWrite counts one write of the agent to the API server: Apply, ApplyStatus and Delete count
-// theirs; a write made otherwise (the Lease) is counted by its writer.
+// CountWrite counts one write of the agent to the API server: Apply, ApplyWhole, ApplyStatus and
+// Delete count theirs; a write made otherwise (the Lease) is counted by its writer.
 func CountWrite(kind, operation string) {
 	apiWrites.WithLabelValues(kind, operation).Inc()
 }

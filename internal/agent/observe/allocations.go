@@ -129,34 +129,21 @@ func (r *allocations) Reconcile(ctx context.Context, req reconcile.Request) (rec
 	return reconcile.Result{}, r.record(ctx, pod, cached, alloc, now)
 }
 
-// record writes pod's DeviceAllocation when it does not say alloc yet: metadata and spec, then
-// status.
+// record writes pod's DeviceAllocation when it does not say alloc yet: metadata, spec and status in
+// one apply.
 func (r *allocations) record(ctx context.Context, pod *corev1.Pod, cached *kdv1alpha1.DeviceAllocation, alloc nodeagent.PodAllocation, now time.Time) error {
 	want := observedStatus(pod, &alloc, now)
 	name := kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))
 	current, upToDate, err := kube.Fresh(ctx, r.apiReader, nil, kube.DeviceAllocationGVK.Kind, client.ObjectKey{Namespace: pod.Namespace, Name: name}, cached,
 		func(da *kdv1alpha1.DeviceAllocation) bool {
 			return kube.DeviceAllocationMetaUpToDate(da, pod) &&
-				kube.DeviceAllocationStatusUpToDate(da, kube.StampDeviceAllocation(want, da, da.Generation))
+				kube.DeviceAllocationStatusUpToDate(da, kube.StampDeviceAllocation(want, da))
 		})
 	if err != nil || upToDate {
 		return err
 	}
-	var generation int64
-	if current != nil {
-		generation = current.Generation
-	}
-	if current == nil || !kube.DeviceAllocationMetaUpToDate(current, pod) {
-		if generation, err = kube.Apply(ctx, r.client, kube.DeviceAllocationGVK, kube.NewDeviceAllocation(pod)); err != nil {
-			return err
-		}
-	}
-	st := kube.StampDeviceAllocation(want, current, generation)
-	if kube.DeviceAllocationStatusUpToDate(current, st) {
-		return nil
-	}
-	da := &kdv1alpha1.DeviceAllocation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pod.Namespace}, Status: st}
-	if err := kube.ApplyStatus(ctx, r.client, kube.DeviceAllocationGVK, da); err != nil {
+	st := kube.StampDeviceAllocation(want, current)
+	if _, err := kube.WriteDeviceAllocation(ctx, r.client, pod, st); err != nil {
 		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("Recorded the pod's observed devices", "deviceAllocation", name, "summary", st.Summary)

@@ -176,7 +176,16 @@ var _ = Describe("Agent admission policy", Ordered, func() {
 
 		theirs := testutil.MakeDeviceAllocation("theirs-existing", ns).Node(nodeB).Obj()
 		applyAsAgent(theirs)
-		expectForbidden(tryApplyStatusAs(asA, theirs, map[string]any{"summary": "x"}), ownWrite)
+		// No status subresource: a status change is a write of the resource, which the policy
+		// holds to the agent's node whether it is an apply or a patch of the status alone.
+		changed := theirs.DeepCopy()
+		changed.Status.Summary = "x"
+		expectForbidden(tryApplyAs(asA, changed), ownWrite)
+		expectForbidden(asA.Patch(ctx, testutil.MakeDeviceAllocation("theirs-existing", ns).Obj(),
+			client.RawPatch(types.MergePatchType, []byte(`{"status":{"summary":"x"}}`))), ownWrite)
+		// Nor may it write a status subresource (there is none, and RBAC grants none).
+		err := tryApplyStatusAs(asA, theirs, map[string]any{"summary": "x"})
+		Expect(apierrors.IsForbidden(err) || apierrors.IsNotFound(err)).To(BeTrue(), "a status write got %v", err)
 		expectForbidden(asA.Delete(ctx, testutil.MakeDeviceAllocation("theirs-existing", ns).Obj()), ownWrite)
 		Expect(asA.Delete(ctx, testutil.MakeDeviceAllocation(mine, ns).Obj())).To(Succeed())
 	})

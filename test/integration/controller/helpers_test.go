@@ -94,7 +94,7 @@ func applyAsAgent(obj client.Object) {
 }
 
 // applyAs server-side applies obj, then its status when it has one, with c under the agent's field
-// owner.
+// owner; a DeviceAllocation (no status subresource) whole, in one apply, as the agent writes it.
 func applyAs(c client.Client, obj client.Object) {
 	GinkgoHelper()
 	Expect(tryApplyAs(c, obj)).To(Succeed())
@@ -102,6 +102,9 @@ func applyAs(c client.Client, obj client.Object) {
 
 func tryApplyAs(c client.Client, obj client.Object) error {
 	u := toApplyObject(obj)
+	if _, ok := obj.(*kdv1alpha1.DeviceAllocation); ok {
+		return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(agentFieldOwner), client.ForceOwnership)
+	}
 	status, hasStatus := u.Object["status"]
 	delete(u.Object, "status")
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(agentFieldOwner), client.ForceOwnership); err != nil {

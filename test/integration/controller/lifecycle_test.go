@@ -23,6 +23,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -157,10 +158,28 @@ var _ = Describe("DeviceAllocation audit", func() {
 		Expect(meta.FindStatusCondition(da1Obj.Status.Conditions, kdv1alpha1.DeviceAllocationConflict).Message).
 			To(ContainSubstring(ns2 + "/p2"))
 
+		By("the agent and the controller writing the same object without a status subresource, each keeping the other's condition")
+		// Each write counts in the generation: a condition stamped with it would make the other
+		// writer's next look differ, one more write per write. Nothing is written once it settled.
+		generation := da1Obj.Generation
+		Consistently(func() (int64, error) {
+			da, err := deviceAllocation(ns, "p1")()
+			return da.Generation, err
+		}).WithTimeout(2*time.Second).Should(Equal(generation), "DeviceAllocation p1 rewritten after its conflict was recorded")
+		Expect(meta.FindStatusCondition(da1Obj.Status.Conditions, kdv1alpha1.DeviceAllocationConflict).ObservedGeneration).To(BeZero())
+		allocated := metav1.Condition{Type: kdv1alpha1.DeviceAllocationAllocated, Status: metav1.ConditionTrue,
+			Reason: kdv1alpha1.ReasonAllocated, Message: "allocated", LastTransitionTime: metav1.Now()}
+		applyAsAgent(da1.Condition(allocated).Obj())
+		Expect(daCondition(ns, "p1", kdv1alpha1.DeviceAllocationAllocated)()).To(Equal("True/" + kdv1alpha1.ReasonAllocated))
+		Expect(daCondition(ns, "p1", kdv1alpha1.DeviceAllocationConflict)()).To(Equal("True/"+kdv1alpha1.ReasonDeviceHeldTwice),
+			"the agent's apply removed the controller's condition")
+
 		By("releasing one of them")
 		applyAsAgent(da2.Released(kdv1alpha1.ReasonPodTerminated).Obj())
 		Eventually(daCondition(ns, "p1", kdv1alpha1.DeviceAllocationConflict)).Should(Equal("absent"))
 		Eventually(daCondition(ns2, "p2", kdv1alpha1.DeviceAllocationConflict)).Should(Equal("absent"))
 		Expect(daCondition(ns2, "p2", kdv1alpha1.DeviceAllocationReleased)()).To(Equal("True/" + kdv1alpha1.ReasonPodTerminated))
+		Expect(daCondition(ns, "p1", kdv1alpha1.DeviceAllocationAllocated)()).To(Equal("True/"+kdv1alpha1.ReasonAllocated),
+			"the controller's removal of its condition removed the agent's")
 	})
 })
