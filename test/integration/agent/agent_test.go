@@ -141,7 +141,9 @@ var _ = Describe("Node agent", func() {
 		Expect(nd.Status.Devices).To(HaveLen(4))
 		Expect(condition(nd.Status.Conditions, kdv1alpha1.NodeDeviceRegistered)).To(HaveValue(HaveField("Status", metav1.ConditionTrue)))
 		Expect(condition(nd.Status.Conditions, kdv1alpha1.NodeDeviceHealthy)).To(HaveValue(HaveField("Status", metav1.ConditionTrue)))
-		Expect(nd.Status.Checkpoint).To(HaveValue(HaveField("BootID", "3d1c6a3e-6a5f-4f7e-9d2c-1b2a3c4d5e6f")))
+		// The checkpoint's provenance comes with the core's first write of the resource, which may
+		// land just after the status that first shows the devices.
+		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Checkpoint", HaveValue(HaveField("BootID", "3d1c6a3e-6a5f-4f7e-9d2c-1b2a3c4d5e6f"))))
 
 		By("the agent putting the controller's finalizer and AgentReady on with the shard")
 		Expect(nd.Finalizers).To(ContainElement(kdcontroller.NodeCapacityFinalizer))
