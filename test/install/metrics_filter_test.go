@@ -100,8 +100,11 @@ func TestMetricsFilterAnswersAsTheLibrary(t *testing.T) {
 					Groups:                []string{"system:serviceaccounts", "system:authenticated"},
 					NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"},
 				}}, metav1.CreateOptions{})
-				if err != nil || !sar.Status.Allowed {
-					return fmt.Errorf("%w: %v", errNotYet, err)
+				if err != nil {
+					return err
+				}
+				if !sar.Status.Allowed {
+					return errNotYet
 				}
 				return nil
 			}); err != nil {
