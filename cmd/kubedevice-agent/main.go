@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -67,19 +66,7 @@ const (
 
 var errNoNodeName = errors.New("--node-name is required when $NODE_NAME is not set")
 
-// gcPercent is the agent's GOGC unless $GOGC says otherwise. The Go runtime keeps about
-// (1 + GOGC/100) × 1.1 of the live heap resident after a burst of allocation (a registration):
-// with the default of 100 that is 26–31 MiB of anonymous memory for a live heap of 11–13 MiB with
-// 11 000 devices, more than the 1 KiB per device of the agent's memory budget; with 50, 21–23 MiB.
-// The cost is a collection twice as often, over a heap this small a few milliseconds each:
-// the agent's CPU over a 11 000-device registration did not measurably change (docs/design.md,
-// Decisions).
-const gcPercent = 50
-
 func main() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(gcPercent)
-	}
 	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "kubedevice-agent: %v\n", err)
 		os.Exit(1)
@@ -140,6 +127,9 @@ func run() error {
 	a, err := agent.Setup(mgr, dm, s.opts)
 	if err != nil {
 		return err
+	}
+	if err := mgr.Add(agent.MemoryReleaser()); err != nil {
+		return fmt.Errorf("adding the memory releaser: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
