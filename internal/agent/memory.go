@@ -29,7 +29,7 @@ import (
 // collection ran since the last check (the agent is quiet) and at least releaseThreshold of the
 // heap is free but still resident.
 const (
-	releasePeriod    = time.Second
+	releasePeriod    = 500 * time.Millisecond
 	releaseThreshold = 4 << 20
 )
 
@@ -44,9 +44,9 @@ const (
 // quiet. The Go runtime keeps freed heap resident up to about 1.1 times its next heap goal and
 // returns the rest slowly; after a burst that goal was set by the burst. A node agent's memory is
 // charged to every node, and what a registration allocated for seconds should not stay resident
-// until the next one: one forced collection and scavenge (debug.FreeOSMemory), at most once a
-// second and only when no collection ran in that second, costs a few milliseconds of CPU on this
-// heap (docs/design.md, Decisions).
+// until the next one: one forced collection and scavenge (debug.FreeOSMemory), at most twice a
+// second and only when no collection ran in the last half second, costs a few milliseconds of
+// CPU on this heap (docs/design.md, Decisions).
 func MemoryReleaser() manager.Runnable {
 	return &memoryReleaser{period: releasePeriod, threshold: releaseThreshold, release: debug.FreeOSMemory, read: readGCState}
 }
