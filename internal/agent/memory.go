@@ -27,7 +27,7 @@ import (
 
 // Returning the heap a burst of work left free: checked every releasePeriod, done when no garbage
 // collection ran since the last check (the agent is quiet) and at least releaseThreshold of the
-// heap is free but still resident.
+// heap is free but still resident or garbage not yet collected.
 const (
 	releasePeriod    = 500 * time.Millisecond
 	releaseThreshold = 4 << 20
@@ -35,8 +35,10 @@ const (
 
 // The runtime/metrics the releaser reads.
 const (
-	metricGCCycles = "/gc/cycles/total:gc-cycles"
-	metricHeapFree = "/memory/classes/heap/free:bytes"
+	metricGCCycles    = "/gc/cycles/total:gc-cycles"
+	metricHeapFree    = "/memory/classes/heap/free:bytes"
+	metricHeapObjects = "/memory/classes/heap/objects:bytes"
+	metricHeapLive    = "/gc/heap/live:bytes"
 )
 
 // MemoryReleaser returns the runnable that gives the operating system back the heap a burst of
@@ -55,17 +57,24 @@ type memoryReleaser struct {
 	period    time.Duration
 	threshold uint64
 	release   func()
-	// read returns the number of completed collections and the free, resident heap in bytes.
-	read func() (cycles, free uint64)
+	// read returns the number of completed collections and the heap a collection and a scavenge
+	// would give back, in bytes.
+	read func() (cycles, reclaimable uint64)
 	// released counts the releases, for tests.
 	released int
 }
 
-// readGCState reads the completed collections and the free, resident heap from runtime/metrics.
-func readGCState() (cycles, free uint64) {
-	s := []metrics.Sample{{Name: metricGCCycles}, {Name: metricHeapFree}}
+// readGCState reads from runtime/metrics the completed collections and what a collection and a
+// scavenge would give back: the free heap still resident, and the objects allocated since the
+// last collection beyond what it found live (garbage, as the agent is quiet).
+func readGCState() (cycles, reclaimable uint64) {
+	s := []metrics.Sample{{Name: metricGCCycles}, {Name: metricHeapFree}, {Name: metricHeapObjects}, {Name: metricHeapLive}}
 	metrics.Read(s)
-	return s[0].Value.Uint64(), s[1].Value.Uint64()
+	reclaimable = s[1].Value.Uint64()
+	if objects, live := s[2].Value.Uint64(), s[3].Value.Uint64(); objects > live {
+		reclaimable += objects - live
+	}
+	return s[0].Value.Uint64(), reclaimable
 }
 
 // NeedLeaderElection is false: every agent has its own memory.
@@ -86,11 +95,11 @@ func (m *memoryReleaser) Start(ctx context.Context) error {
 	}
 }
 
-// check releases the free heap when no collection completed since lastCycles and enough is free,
-// and returns the collection count to compare with next time.
+// check releases the free heap when no collection completed since lastCycles and enough is
+// reclaimable, and returns the collection count to compare with next time.
 func (m *memoryReleaser) check(lastCycles uint64) uint64 {
-	cycles, free := m.read()
-	if cycles != lastCycles || free < m.threshold {
+	cycles, reclaimable := m.read()
+	if cycles != lastCycles || reclaimable < m.threshold {
 		return cycles
 	}
 	m.release()
