@@ -128,6 +128,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if err := mgr.Add(agent.MemoryReleaser()); err != nil {
+		return fmt.Errorf("adding the memory releaser: %w", err)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}

@@ -248,7 +248,7 @@ func CacheOptions(node string) cache.Options {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                  {Field: onNode},
-			&kdv1alpha1.NodeDevice{}:       {Field: onNode},
+			&kdv1alpha1.NodeDevice{}:       {Field: onNode, Transform: contract.CompactNodeDevice},
 			&kdv1alpha1.DeviceAllocation{}: {Field: onNode},
 			&corev1.Node{}:                 {Field: fields.OneTermEqualSelector("metadata.name", node), Transform: contract.StripNode},
 		},

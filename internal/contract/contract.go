@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,6 +102,26 @@ func StripNode(in any) (any, error) {
 		node.Status.Images = nil
 	}
 	return in, nil
+}
+
+// CompactNodeDevice is a cache transform for NodeDevices: it drops managed fields (nothing reads
+// them) and makes each device's health, reason and message, which repeat across the devices of a
+// node and of a cluster ("Healthy", "ReportedHealthy", ...), share one copy of each distinct
+// string instead of one per device as decoding makes them: about 90 bytes a device in the agent's
+// cache and in the controller's, which holds every node's.
+func CompactNodeDevice(in any) (any, error) {
+	nd, ok := in.(*kdv1alpha1.NodeDevice)
+	if !ok {
+		return in, nil
+	}
+	nd.ManagedFields = nil
+	for i := range nd.Status.Devices {
+		d := &nd.Status.Devices[i]
+		d.Health = unique.Make(d.Health).Value()
+		d.Reason = unique.Make(d.Reason).Value()
+		d.Message = unique.Make(d.Message).Value()
+	}
+	return nd, nil
 }
 
 // The DRA driver the agent is for the resources it serves through DRA, and the device attributes

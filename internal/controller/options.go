@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
@@ -110,14 +111,16 @@ func (o Options) complete() (Options, error) {
 }
 
 // CacheOptions returns the cache options the controllers need: Leases only from the agent
-// namespace, no managed fields (nothing reads them), and Nodes without their image lists.
+// namespace, no managed fields (nothing reads them), Nodes without their image lists, and
+// NodeDevices sharing their devices' repeated strings (contract.CompactNodeDevice).
 // Pods are watched as metadata only (see the DeviceAllocation controller), so they need no entry.
 func CacheOptions(opts Options) cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.AgentNamespace: {}}},
-			&corev1.Node{}:          {Transform: contract.StripNode},
+			&coordinationv1.Lease{}:  {Namespaces: map[string]cache.Config{opts.AgentNamespace: {}}},
+			&corev1.Node{}:           {Transform: contract.StripNode},
+			&kdv1alpha1.NodeDevice{}: {Transform: contract.CompactNodeDevice},
 		},
 	}
 }

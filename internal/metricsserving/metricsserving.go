@@ -23,7 +23,6 @@ limitations under the License.
 package metricsserving
 
 import (
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -31,7 +30,7 @@ import (
 func Options(addr string, secure bool) metricsserver.Options {
 	o := metricsserver.Options{BindAddress: addr, SecureServing: secure}
 	if secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.FilterProvider = WithAuthenticationAndAuthorization
 	}
 	return o
 }

@@ -272,7 +272,13 @@ func (r *binariesRun) run(b *testing.B) error {
 		return err
 	}
 	b.ReportMetric(idle.rssMiB, "MiB-rss-idle")
+	b.ReportMetric(idle.anonMiB, "MiB-anon-idle")
+	b.ReportMetric(idle.fileMiB, "MiB-file-idle")
 	b.ReportMetric(idle.heapMiB, "MiB-heap-idle")
+	cpuIdle, err := r.agentCPU()
+	if err != nil {
+		return err
+	}
 
 	for _, step := range []struct {
 		resource corev1.ResourceName
@@ -296,10 +302,18 @@ func (r *binariesRun) run(b *testing.B) error {
 		return err
 	}
 	b.Logf("agent with %d devices: %s", smallDevices+bigDevices, loaded)
+	cpuLoaded, err := r.agentCPU()
+	if err != nil {
+		return err
+	}
+	// The agent's CPU while 11 000 devices registered: what its garbage collector costs shows here.
+	b.ReportMetric(cpuLoaded-cpuIdle, "agent-cpu-s-register")
 	if err := r.heapProfile(b, "11k"); err != nil {
 		return err
 	}
 	b.ReportMetric(loaded.rssMiB, "MiB-rss-11k")
+	b.ReportMetric(loaded.anonMiB, "MiB-anon-11k")
+	b.ReportMetric(loaded.fileMiB, "MiB-file-11k")
 	b.ReportMetric(loaded.heapMiB, "MiB-heap-11k")
 
 	elapsed, agentReqs, ctrlReqs, err := r.allocate(ctx, b, outsidePods)
@@ -571,6 +585,9 @@ func (r *binariesRun) waitFor(cond func() bool) error {
 // Go runtime say of it.
 type agentMemory struct {
 	rssMiB, heapMiB float64
+	// anonMiB is the resident set the process allocated (RssAnon: Go heap, stacks, the runtime's
+	// own), fileMiB the binary's pages it touched (RssFile).
+	anonMiB, fileMiB float64
 	// detail is the resident set by kind (anonymous, file: the binary's pages) and the Go
 	// runtime's own accounting.
 	detail []string
@@ -590,9 +607,14 @@ func (r *binariesRun) memory() (agentMemory, error) {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		for _, k := range []string{"RssAnon:", "RssFile:"} {
+		for k, to := range map[string]*float64{"RssAnon:": &m.anonMiB, "RssFile:": &m.fileMiB} {
 			if rest, ok := strings.CutPrefix(s.Text(), k); ok {
 				m.detail = append(m.detail, k+" "+strings.TrimSpace(rest))
+				kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+				if err != nil {
+					return m, fmt.Errorf("reading %s %q: %w", k, rest, err)
+				}
+				*to = kb / 1024
 			}
 		}
 		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
@@ -628,6 +650,31 @@ func (r *binariesRun) memory() (agentMemory, error) {
 		}
 	}
 	return m, s.Err()
+}
+
+// agentCPU is the CPU time the agent has used, user and system, from /proc (clock ticks of
+// 1/100 s, USER_HZ on Linux).
+func (r *binariesRun) agentCPU() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.agent.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces: utime and
+	// stime are the 12th and 13th.
+	_, after, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(after)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("reading /proc/%d/stat: %q", r.agent.cmd.Process.Pid, b)
+	}
+	var ticks float64
+	for _, s := range f[11:13] {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return 0, fmt.Errorf("reading /proc/%d/stat: %w", r.agent.cmd.Process.Pid, err)
+		}
+		ticks += v
+	}
+	return ticks / 100, nil
 }
 
 // heapProfile saves the agent's heap profile, taken after a GC, to

@@ -23,7 +23,7 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
@@ -90,29 +90,25 @@ func adoptedManagedFields(managed []metav1.ManagedFieldsEntry) ([]metav1.Managed
 	return out, true, nil
 }
 
-// adoptStatusEntry folds the agent's status entry of the object u (as an apply returned it) into
-// its entry of the resource, with a JSON patch of metadata.managedFields that applies only to the
-// object at u's resource version. It reports whether it wrote.
-func adoptStatusEntry(ctx context.Context, c client.Client, u *unstructured.Unstructured) (bool, error) {
-	managed, adopted, err := adoptedManagedFields(u.GetManagedFields())
+// adoptStatusEntry folds the agent's status entry of the object of kind gvk whose metadata an apply
+// returned (res) into its entry of the resource, with a JSON patch of metadata.managedFields that
+// applies only to the object at res's resource version. It reports whether it wrote.
+func adoptStatusEntry(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, res client.Object) (bool, error) {
+	managed, adopted, err := adoptedManagedFields(res.GetManagedFields())
 	if err != nil || !adopted {
 		return false, err
 	}
 	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/resourceVersion", "value": u.GetResourceVersion()},
+		{"op": "test", "path": "/metadata/resourceVersion", "value": res.GetResourceVersion()},
 		{"op": "replace", "path": "/metadata/managedFields", "value": managed},
 	})
 	if err != nil {
 		return false, err
 	}
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(u.GroupVersionKind())
-	obj.SetNamespace(u.GetNamespace())
-	obj.SetName(u.GetName())
-	if err := c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(contract.AgentFieldOwner)); err != nil {
-		return false, fmt.Errorf("taking over the status fields an earlier agent applied to %s %s: %w", u.GetKind(), client.ObjectKeyFromObject(u), err)
+	if err := c.Patch(ctx, metadataOf(gvk, res), client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(contract.AgentFieldOwner)); err != nil {
+		return false, fmt.Errorf("taking over the status fields an earlier agent applied to %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(res), err)
 	}
-	CountWrite(u.GetKind(), "adoptStatus")
+	CountWrite(gvk.Kind, "adoptStatus")
 	return true, nil
 }
 
