@@ -42,13 +42,13 @@ import (
 // checkpoint write; the devices are free in memory either way.
 func (m *Manager) UpdateAllocatedDevices(ctx context.Context, activePods []*v1.Pod) error {
 	logger := klog.FromContext(ctx)
-	active := sets.New[string]()
+	active := make(sets.Set[string], len(activePods))
 	for _, p := range activePods {
 		active.Insert(string(p.UID))
 	}
 
 	m.mu.Lock()
-	gone := m.pods.Pods().Difference(active)
+	gone := m.pods.PodsNotIn(active)
 	for key := range gone {
 		if IsClaimKey(key) {
 			// A claim is not a pod: NodeUnprepareResources frees it.

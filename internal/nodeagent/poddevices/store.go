@@ -338,6 +338,19 @@ func (s *Store) Pods() sets.Set[string] {
 	return out
 }
 
+// PodsNotIn returns the pods with at least one committed allocation whose UID active does not
+// hold: what Pods().Difference(active) says, without building the set of every pod first (the
+// kubelet's UpdateAllocatedDevices contract passes every active pod on each call).
+func (s *Store) PodsNotIn(active sets.Set[string]) sets.Set[string] {
+	out := sets.New[string]()
+	for uid, p := range s.pods {
+		if p.committed > 0 && !active.Has(uid) {
+			out.Insert(uid)
+		}
+	}
+	return out
+}
+
 // HasPod reports whether the pod has at least one committed allocation.
 func (s *Store) HasPod(podUID string) bool {
 	p := s.pods[podUID]

@@ -240,6 +240,18 @@ func checkAgainstModel(t *testing.T, s *Store, m *model, step string) {
 	if diff := gocmp.Diff(wantPods, s.Pods()); diff != "" {
 		t.Fatalf("%s: Pods() (-want +got):\n%s", step, diff)
 	}
+	// Every other committed pod active, plus one that holds nothing: PodsNotIn is the rest.
+	active, wantGone := sets.New("no-such-pod"), sets.New[string]()
+	for i, uid := range sets.List(wantPods) {
+		if i%2 == 0 {
+			active.Insert(uid)
+		} else {
+			wantGone.Insert(uid)
+		}
+	}
+	if diff := gocmp.Diff(wantGone, s.PodsNotIn(active)); diff != "" {
+		t.Fatalf("%s: PodsNotIn (-want +got):\n%s", step, diff)
+	}
 	checkInvariants(t, s)
 	if t.Failed() {
 		t.FailNow()
