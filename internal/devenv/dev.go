@@ -630,19 +630,25 @@ func orNone(s string) string {
 
 // check prints the outcome of the demo's checks and fails when any failed.
 func (d *dev) check(obs Observed) error {
+	return d.report("the demo", CheckDemo(obs), fmt.Sprintf(
+		"%s is bound to %s and holds %s; %s is Pending with %s; "+
+			"the NodeDevice counts 1 device, 1 allocatable, 1 allocated; the node advertises %s=1.",
+		PodName, NodeName, GopherID, PendingPodName, insufficientMessage, ResourceName))
+}
+
+// report prints what a demo's checks showed (checked) when no problem was found, the problems
+// otherwise, and fails then.
+func (d *dev) report(demo string, problems []string, checked string) error {
 	w := d.opts.Out
-	problems := CheckDemo(obs)
 	if len(problems) == 0 {
-		fmt.Fprintf(w, "\nChecked: %s is bound to %s and holds %s; %s is Pending with %s; "+
-			"the NodeDevice counts 1 device, 1 allocatable, 1 allocated; the node advertises %s=1.\n",
-			PodName, NodeName, GopherID, PendingPodName, insufficientMessage, ResourceName)
+		fmt.Fprintf(w, "\nChecked: %s\n", checked)
 		return nil
 	}
 	fmt.Fprintf(w, "\nThe demo did not show what it should:\n")
 	for _, p := range problems {
 		fmt.Fprintf(w, "  - %s\n", p)
 	}
-	return fmt.Errorf("checking the demo: %w (%d problems)", errDemoFailed, len(problems))
+	return fmt.Errorf("checking %s: %w (%d problems)", demo, errDemoFailed, len(problems))
 }
 
 // serve keeps the cluster running until ctx ends or a component stops.

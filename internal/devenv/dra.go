@@ -373,18 +373,9 @@ func CheckDRADemo(o DRAObserved) []string {
 
 // checkDRA prints the outcome of the DRA demo's checks and fails when any failed.
 func (d *dev) checkDRA(obs DRAObserved) error {
-	w := d.opts.Out
-	problems := CheckDRADemo(obs)
-	if len(problems) == 0 {
-		fmt.Fprintf(w, "\nChecked: the ResourceSlices of %s list %s; %s (plain limits) is bound to %s and allocated %s; "+
-			"%s is bound to %s and %s allocated %s; the node advertises no %s.\n",
-			contract.DRADriverName, strings.Join(draGophers, ", "), PodName, NodeName, GopherID,
-			ClaimPodName, NodeName, ClaimName, DRAGopherID2, ResourceName)
-		return nil
-	}
-	fmt.Fprintf(w, "\nThe demo did not show what it should:\n")
-	for _, p := range problems {
-		fmt.Fprintf(w, "  - %s\n", p)
-	}
-	return fmt.Errorf("checking the DRA demo: %w (%d problems)", errDemoFailed, len(problems))
+	return d.report("the DRA demo", CheckDRADemo(obs), fmt.Sprintf(
+		"the ResourceSlices of %s list %s; %s (plain limits) is bound to %s and allocated %s; "+
+			"%s is bound to %s and %s allocated %s; the node advertises no %s.",
+		contract.DRADriverName, strings.Join(draGophers, ", "), PodName, NodeName, GopherID,
+		ClaimPodName, NodeName, ClaimName, DRAGopherID2, ResourceName))
 }
