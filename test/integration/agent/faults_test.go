@@ -27,6 +27,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -58,6 +59,11 @@ func deviceStatus(nd *kdv1alpha1.NodeDevice, id string) *kdv1alpha1.DeviceStatus
 		}
 	}
 	return nil
+}
+
+// haveDevice matches a NodeDevice whose device id (nil when it lists none) matches m.
+func haveDevice(id string, m types.GomegaMatcher) types.GomegaMatcher {
+	return WithTransform(func(nd *kdv1alpha1.NodeDevice) *kdv1alpha1.DeviceStatus { return deviceStatus(nd, id) }, m)
 }
 
 // allocateCalls is the number of Allocate calls p received.
@@ -97,7 +103,7 @@ var _ = Describe("Node agent under faults", func() {
 		By("the plugin no longer reporting the held device")
 		p.Update(without(devs, id))
 		Eventually(n.nodeDevice(gopher, 0)).Should(And(
-			WithTransform(func(nd *kdv1alpha1.NodeDevice) *kdv1alpha1.DeviceStatus { return deviceStatus(nd, id) }, And(
+			haveDevice(id, And(
 				Not(BeNil()),
 				HaveField("Health", kdv1alpha1.DeviceUnhealthy),
 				HaveField("Reason", kdv1alpha1.DeviceReasonNotReported),
@@ -113,20 +119,16 @@ var _ = Describe("Node agent under faults", func() {
 
 		By("the device reported again while still held: never offered to another pod")
 		p.Update(devs)
-		Eventually(n.nodeDevice(gopher, 0)).Should(WithTransform(func(nd *kdv1alpha1.NodeDevice) *kdv1alpha1.DeviceStatus {
-			return deviceStatus(nd, id)
-		}, HaveField("Health", kdv1alpha1.DeviceHealthy)))
+		Eventually(n.nodeDevice(gopher, 0)).Should(haveDevice(id, HaveField("Health", kdv1alpha1.DeviceHealthy)))
 		other := createPod(testutil.MakePod("other", ns).Node(n.name).Request(gopher, 2))
 		Expect(deviceIDs(allocated(other), gopher)).NotTo(ContainElement(id))
 
 		By("the device dropped again and its pod gone: no longer shown")
 		p.Update(without(devs, id))
-		Eventually(n.nodeDevice(gopher, 0)).Should(WithTransform(func(nd *kdv1alpha1.NodeDevice) *kdv1alpha1.DeviceStatus {
-			return deviceStatus(nd, id)
-		}, HaveField("Reason", kdv1alpha1.DeviceReasonNotReported)))
+		Eventually(n.nodeDevice(gopher, 0)).Should(haveDevice(id, HaveField("Reason", kdv1alpha1.DeviceReasonNotReported)))
 		deletePod(pod)
 		Eventually(n.nodeDevice(gopher, 0)).Should(And(
-			WithTransform(func(nd *kdv1alpha1.NodeDevice) *kdv1alpha1.DeviceStatus { return deviceStatus(nd, id) }, BeNil()),
+			haveDevice(id, BeNil()),
 			HaveField("Status.Allocated", BeEquivalentTo(2)),
 			HaveField("Status.Capacity", BeEquivalentTo(2)),
 		))
@@ -151,7 +153,7 @@ var _ = Describe("Node agent under faults", func() {
 		}
 		p.Update(sick)
 		Eventually(n.nodeDevice(gopher, 0)).WithTimeout(5 * time.Second).Should(And(
-			WithTransform(func(nd *kdv1alpha1.NodeDevice) *kdv1alpha1.DeviceStatus { return deviceStatus(nd, id) }, And(
+			haveDevice(id, And(
 				HaveField("Health", kdv1alpha1.DeviceUnhealthy),
 				HaveField("Reason", kdv1alpha1.DeviceReasonPluginReportedUnhealthy),
 				HaveField("Holder", HaveField("PodUID", string(pod.UID))),
