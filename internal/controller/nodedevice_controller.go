@@ -18,6 +18,7 @@ package controller
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"time"
 
@@ -134,9 +135,7 @@ func awaitsAgentStatus(nd *kdv1alpha1.NodeDevice, got *metav1.Condition, want me
 // statusUnwritten reports whether st is a NodeDevice's status as created, before any status
 // write: the agent's first one always lists conditions (Registered, Healthy) and a path.
 func statusUnwritten(st *kdv1alpha1.NodeDeviceStatus) bool {
-	return st.Path == "" && st.Plugin == nil && len(st.Devices) == 0 && len(st.Conditions) == 0 &&
-		st.Checkpoint == nil && st.Capacity == 0 && st.Allocatable == 0 && st.Allocated == 0 &&
-		st.Unhealthy == 0 && st.Cordoned == 0 && st.ObservedGeneration == 0
+	return reflect.ValueOf(*st).IsZero()
 }
 
 // appliedLately reports whether want was written to nd (the same object) in the last

@@ -103,3 +103,22 @@ func TestConditionChangedAndAgentLost(t *testing.T) {
 		})
 	}
 }
+
+func TestAwaitsAgentStatus(t *testing.T) {
+	valid := metav1.Condition{Type: kdv1alpha1.NodeDeviceAgentReady, Status: metav1.ConditionTrue}
+	expired := metav1.Condition{Type: kdv1alpha1.NodeDeviceAgentReady, Status: metav1.ConditionFalse}
+	created := &kdv1alpha1.NodeDevice{}
+	written := &kdv1alpha1.NodeDevice{Status: kdv1alpha1.NodeDeviceStatus{Path: kdv1alpha1.DevicePathNodeCapacity}}
+	if !awaitsAgentStatus(created, nil, valid) {
+		t.Error("True is written before the agent's first status write, which carries it")
+	}
+	if awaitsAgentStatus(created, nil, expired) {
+		t.Error("False waits for the agent's status")
+	}
+	if awaitsAgentStatus(written, nil, valid) {
+		t.Error("a status written without AgentReady (an earlier agent) does not get it")
+	}
+	if awaitsAgentStatus(created, &expired, valid) {
+		t.Error("an existing condition is not corrected")
+	}
+}

@@ -37,49 +37,56 @@ var (
 	DeviceAllocationGVK = kdv1alpha1.GroupVersion.WithKind("DeviceAllocation")
 )
 
-// Apply server-side applies obj's metadata (name, namespace, labels, owner references) and spec
-// as the fields the agent owns, under contract.AgentFieldOwner, creating the object if need be.
-// Fields the agent never applied (an administrator's cordons, another finalizer) are left alone. It returns the object's generation after the write.
+// Apply server-side applies obj's metadata (name, namespace, labels, owner references, finalizers)
+// and spec as the fields the agent owns, under contract.AgentFieldOwner, creating the object if
+// need be. Fields the agent never applied (an administrator's cordons, another finalizer) are left
+// alone. It returns the object's generation after the write.
 func Apply(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, obj client.Object) (int64, error) {
 	body, err := applyBody(gvk, obj, "status", true)
 	if err != nil {
 		return 0, err
 	}
-	res := metadataOf(gvk, obj)
-	if err := c.Patch(ctx, res, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(contract.AgentFieldOwner), client.ForceOwnership); err != nil {
-		return 0, fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
+	res, err := apply(ctx, c, gvk, obj, body)
+	if err != nil {
+		return 0, err
 	}
-	CountWrite(gvk.Kind, "apply")
 	return res.Generation, nil
 }
 
 // ApplyWhole server-side applies obj whole, for a kind without a status subresource (a
-// DeviceAllocation): its metadata (name, namespace, labels, owner references), spec and status,
-// as every field the agent owns, in one request under contract.AgentFieldOwner, creating the
-// object if need be. A field the agent applied before and leaves out now is removed; fields of
-// other managers (the controller's Conflict condition) are left alone. Over an object an earlier
-// agent wrote through a status subresource it costs two more writes, once (adoptStatusEntry).
+// DeviceAllocation): its metadata (as Apply), spec and status, as every field the agent owns, in
+// one request under contract.AgentFieldOwner, creating the object if need be. A field the agent
+// applied before and leaves out now is removed; fields of other managers (the controller's
+// Conflict condition) are left alone. Over an object an earlier agent wrote through a status
+// subresource it costs two more writes, once (adoptStatusEntry).
 func ApplyWhole(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, obj client.Object) error {
 	body, err := applyBody(gvk, obj, "", true)
 	if err != nil {
 		return err
 	}
-	res := metadataOf(gvk, obj)
-	if err := c.Patch(ctx, res, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(contract.AgentFieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
+	res, err := apply(ctx, c, gvk, obj, body)
+	if err != nil {
+		return err
 	}
-	CountWrite(gvk.Kind, "apply")
 	// An object an earlier agent wrote through the status subresource: once, take over the status
 	// fields it applied there, and apply again so that what this write left out goes.
 	adopted, err := adoptStatusEntry(ctx, c, gvk, res)
 	if err != nil || !adopted {
 		return err
 	}
-	if err := c.Patch(ctx, metadataOf(gvk, obj), client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(contract.AgentFieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
+	_, err = apply(ctx, c, gvk, obj, body)
+	return err
+}
+
+// apply sends body as a server-side apply of obj (of kind gvk) under contract.AgentFieldOwner and
+// returns the object's metadata as the API server answered.
+func apply(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, obj client.Object, body []byte) (*metav1.PartialObjectMetadata, error) {
+	res := metadataOf(gvk, obj)
+	if err := c.Patch(ctx, res, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(contract.AgentFieldOwner), client.ForceOwnership); err != nil {
+		return nil, fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
 	}
 	CountWrite(gvk.Kind, "apply")
-	return nil
+	return res, nil
 }
 
 // ApplyStatus server-side applies obj's status as the whole status the agent owns, under
