@@ -90,29 +90,39 @@ func applyFinalizer(ctx context.Context, c client.Client, nd client.Object) erro
 	return fmt.Errorf("adding the finalizer of NodeDevice %q: %w", nd.GetName(), err)
 }
 
-// dropFinalizer removes the node-capacity finalizer from the NodeDevice nd with a JSON patch that
-// tests nd's UID and the entry's position first. An apply could not: the agent puts the finalizer
-// on with the object (under its own field manager), and an apply only gives up the applier's own
-// claim on a field that another manager still holds. A failed test (the cache was behind) is an
-// error, and the reconcile runs again on what the API server has; NotFound means it is done.
+// dropFinalizer removes the node-capacity finalizer from the NodeDevice nd (removeListEntry). An
+// apply could not: the agent puts the finalizer on with the object (under its own field manager),
+// and an apply only gives up the applier's own claim on a field that another manager still holds.
+// A failed test (the cache was behind) is an error, and the reconcile runs again on what the API
+// server has; NotFound means it is done.
 func dropFinalizer(ctx context.Context, c client.Client, nd client.Object) error {
 	i := slices.Index(nd.GetFinalizers(), NodeCapacityFinalizer)
 	if i < 0 {
 		return nil
 	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(nodeDeviceGVK)
+	u.SetName(nd.GetName())
+	u.SetUID(nd.GetUID())
+	at := fmt.Sprintf("/metadata/finalizers/%d", i)
+	if err := removeListEntry(ctx, c, u, at, at, NodeCapacityFinalizer); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the finalizer of NodeDevice %q: %w", nd.GetName(), err)
+	}
+	return nil
+}
+
+// removeListEntry removes the list entry at the JSON pointer at from obj, as the controller's
+// FieldOwner, with a JSON patch that first tests obj's UID and that the value at test is want: an
+// object of the same name made since, or an entry moved since obj was read, fails the patch
+// (Invalid) instead of losing another entry. obj receives the API server's answer.
+func removeListEntry(ctx context.Context, c client.Client, obj client.Object, at, test string, want any) error {
 	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/uid", "value": nd.GetUID()},
-		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": NodeCapacityFinalizer},
-		{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)},
+		{"op": "test", "path": "/metadata/uid", "value": string(obj.GetUID())},
+		{"op": "test", "path": test, "value": want},
+		{"op": "remove", "path": at},
 	})
 	if err != nil {
 		return err
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(nodeDeviceGVK)
-	u.SetName(nd.GetName())
-	if err := c.Patch(ctx, u, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing the finalizer of NodeDevice %q: %w", nd.GetName(), err)
-	}
-	return nil
+	return c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldOwner))
 }

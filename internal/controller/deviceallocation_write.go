@@ -18,7 +18,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -105,13 +103,5 @@ func removeConflict(ctx context.Context, c client.Client, da *kdv1alpha1.DeviceA
 		return errNoConflict
 	}
 	at := fmt.Sprintf("/status/conditions/%d", i)
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/uid", "value": string(da.UID)},
-		{"op": "test", "path": at + "/type", "value": kdv1alpha1.DeviceAllocationConflict},
-		{"op": "remove", "path": at},
-	})
-	if err != nil {
-		return err
-	}
-	return c.Patch(ctx, da.DeepCopy(), client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldOwner))
+	return removeListEntry(ctx, c, da.DeepCopy(), at, at+"/type", kdv1alpha1.DeviceAllocationConflict)
 }
