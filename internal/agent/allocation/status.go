@@ -70,7 +70,7 @@ func preStartDone(current *kdv1alpha1.DeviceAllocation, want kdv1alpha1.DeviceAl
 	return current.Status.Summary == want.Summary
 }
 
-// coreRuntimeOptions is apiRuntimeOptions' inverse, for rebuilding the core's state from
+// coreRuntimeOptions is kube.APIRuntimeOptions' inverse, for rebuilding the core's state from
 // DeviceAllocations.
 func coreRuntimeOptions(o *kdv1alpha1.ContainerRuntimeOptions) *poddevices.RunContainerOptions {
 	if o == nil {
