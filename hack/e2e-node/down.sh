@@ -17,76 +17,9 @@ started=$(date +%s)
 problems=0
 warn() { log "warning: $*"; problems=$((problems + 1)); }
 
-# Process IDs whose command line mentions one of our directories (our components all name a file
-# under ${WORK}; containerd shims name ${CONTAINERD_STATE}), never processes of other users of the
-# same binaries (e.g. envtest's kube-apiserver and etcd from bin/k8s).
-our_pids() {
-  local p cmdline
-  for p in /proc/[0-9]*; do
-    p=${p#/proc/}
-    [ "${p}" = "$$" ] && continue
-    cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/${p}/cmdline") || continue
-    case "${cmdline}" in
-      *" ${WORK}/"* | *"=${WORK}/"* | *" ${CONTAINERD_STATE}/"* | *" ${CONTAINERD_SOCK}"*) echo "${p}" ;;
-    esac
-  done
-}
-
-# stop NAME...: SIGTERM to the recorded processes, SIGKILL to those still running after 10 s.
-stop() {
-  local name pid alive pids=()
-  for name in "$@"; do
-    pid=$(cat "${PIDS}/${name}.pid" 2>/dev/null) || continue
-    if [ -n "${pid}" ] && kill -0 "${pid}" 2>/dev/null &&
-      tr '\0' ' ' 2>/dev/null <"/proc/${pid}/cmdline" | grep -q -- "${name}"; then
-      log "stopping ${name} (pid ${pid})"
-      kill -TERM "${pid}" 2>/dev/null || true
-      pids+=("${pid}")
-    fi
-    rm -f "${PIDS}/${name}.pid"
-  done
-  for _ in $(seq 1 40); do
-    alive=0
-    for pid in "${pids[@]}"; do
-      kill -0 "${pid}" 2>/dev/null && alive=1
-    done
-    [ "${alive}" -eq 0 ] && return 0
-    sleep 0.25
-  done
-  for pid in "${pids[@]}"; do
-    if kill -0 "${pid}" 2>/dev/null; then
-      log "pid ${pid} did not stop in 10s: SIGKILL"
-      kill -KILL "${pid}" 2>/dev/null || true
-    fi
-  done
-}
-
-# kubepods_cgroups: the kubelet's cgroups in every hierarchy, deepest first.
-kubepods_cgroups() {
-  local top
-  for top in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
-    [ -d "${top}" ] && find "${top}" -depth -type d
-  done
-  return 0
-}
-
-# kill_pods: SIGKILL every process in the kubelet's cgroups (the pods' processes), until none is left.
-kill_pods() {
-  local i cg pids
-  for i in $(seq 1 20); do
-    pids=$(for cg in $(kubepods_cgroups); do cat "${cg}/cgroup.procs" 2>/dev/null; done | sort -u)
-    [ -z "${pids}" ] && return 0
-    [ "${i}" -eq 1 ] && log "killing the pods' processes: $(echo "${pids}" | wc -l)"
-    # shellcheck disable=SC2086
-    kill -KILL ${pids} 2>/dev/null || true
-    sleep 0.25
-  done
-  warn "processes left in kubepods cgroups: $(echo "${pids}" | tr '\n' ' ')"
-}
-
 # 1. The kubelet first, so that it restarts nothing; then the pods and containerd.
 stop kubelet
-kill_pods
+kill_pods || warn "could not kill every pod process"
 stop containerd
 # Shims and anything else of the node side still running (the control plane is stopped below).
 for p in $(our_pids); do
@@ -95,7 +28,7 @@ for p in $(our_pids); do
     "${NODE_BIN}"/* | */kubelet) log "killing leftover ${exe} (pid ${p})"; kill -KILL "${p}" 2>/dev/null || true ;;
   esac
 done
-kill_pods
+kill_pods || warn "could not kill every pod process"
 
 # 2. The control plane.
 stop kube-scheduler kube-controller-manager kube-apiserver
@@ -113,20 +46,7 @@ done
 
 # 3. Mounts under our directories, deepest first; the kubelet bind-mounts its root dir onto itself
 # (rshared), possibly more than once, so repeat until none is left.
-our_mounts() {
-  awk -v a="${WORK}" -v b="${CONTAINERD_ROOT}" -v c="${CONTAINERD_STATE}" '
-    { m = $5; gsub(/\\040/, " ", m) }
-    m == a || index(m, a "/") == 1 || m == b || index(m, b "/") == 1 || m == c || index(m, c "/") == 1 { print length(m), m }
-  ' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | uniq
-}
-for i in $(seq 1 10); do
-  mounts=$(our_mounts)
-  [ -z "${mounts}" ] && break
-  [ "${i}" -eq 1 ] && log "unmounting $(echo "${mounts}" | wc -l) mounts"
-  while IFS= read -r m; do
-    umount "${m}" 2>/dev/null || umount -l "${m}" 2>/dev/null || true
-  done <<<"${mounts}"
-done
+unmount_ours
 [ -z "$(our_mounts)" ] || warn "mounts left: $(our_mounts | tr '\n' ' ')"
 
 # 4. Network: the bridge (the pods' veths went with their namespaces), the iptables chains.
@@ -180,7 +100,7 @@ for i in 1 2 3 4 5; do
   [ -z "${cgroups}" ] && break
   [ "${i}" -eq 1 ] && log "removing $(echo "${cgroups}" | wc -l) kubepods cgroups"
   for cg in ${cgroups}; do rmdir "${cg}" 2>/dev/null || true; done
-  [ -z "$(kubepods_cgroups)" ] || { kill_pods; sleep 0.5; }
+  [ -z "$(kubepods_cgroups)" ] || { kill_pods || true; sleep 0.5; }
 done
 [ -z "$(kubepods_cgroups)" ] || warn "cgroups left: $(kubepods_cgroups | head -3 | tr '\n' ' ')..."
 
@@ -228,8 +148,29 @@ if [ -z "$(our_mounts)" ]; then
     fi
   done
 fi
-# kubedevice's state dir as it was before up.sh: the cluster's goes, the saved one comes back.
 saved_left=0
+# What the cluster wrote into the listed directories (lib.sh, HOST_DIRS_LISTED), even where they
+# were there before: everything up.sh did not find there.
+for d in ${HOST_DIRS_LISTED}; do
+  listing="${WORK}/host/listing$(echo "${d}" | tr / _)"
+  if [ ! -f "${listing}" ] || [ ! -d "${d}" ]; then continue; fi
+  if mounted_under "${d}"; then
+    warn "not cleaning ${d}: something is mounted under it"
+    continue
+  fi
+  while IFS= read -r -d '' f; do
+    grep -qzxF -- "${f}" "${listing}" && continue
+    log "removing ${f} (written by the cluster)"
+    rm -rf -- "${f}"
+  done < <(find "${d}" -xdev -mindepth 1 -depth -print0)
+done
+saved_checkpoint="${WORK}/host/saved$(echo "${KUBELET_DEVICE_CHECKPOINT}" | tr / _)"
+if [ -e "${saved_checkpoint}" ]; then
+  log "putting back the kubelet device checkpoint ${KUBELET_DEVICE_CHECKPOINT}"
+  mkdir -p "$(dirname "${KUBELET_DEVICE_CHECKPOINT}")"
+  mv "${saved_checkpoint}" "${KUBELET_DEVICE_CHECKPOINT}" || { warn "could not put back ${KUBELET_DEVICE_CHECKPOINT}"; saved_left=1; }
+fi
+# kubedevice's state dir as it was before up.sh: the cluster's goes, the saved one comes back.
 for d in ${HOST_DIRS_SAVED}; do
   saved="${WORK}/host/saved$(echo "${d}" | tr / _)"
   [ -e "${saved}" ] || continue

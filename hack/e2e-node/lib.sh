@@ -50,6 +50,11 @@ HOST_DIRS_OWNED="/var/lib/kubelet /var/lib/cni /var/lib/kubedevice /run/mount"
 # the state of an earlier run or of another install, so up.sh moves a directory that is already
 # there into the state dir and down.sh removes the cluster's and puts it back.
 HOST_DIRS_SAVED="/var/lib/kubedevice"
+# Directories the cluster writes into whether or not they were there: up.sh records what they held,
+# down.sh removes the rest (the kubelet's device checkpoint and sockets, kubedevice's CDI specs).
+HOST_DIRS_LISTED="/var/lib/kubelet/device-plugins /etc/cdi /var/run/cdi"
+# The kubelet's device manager checkpoint: always here, whatever the kubelet's --root-dir.
+KUBELET_DEVICE_CHECKPOINT=/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
 HOST_DIRS_SHARED="/etc/cni /etc/cni/net.d /var/run/nri /etc/cdi /var/run/cdi /var/log/containers /run/containerd /run/containerd/s"
 # The sysctls the kubelet sets (up.sh records the values it found; down.sh puts them back).
 KUBELET_SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops"
@@ -82,4 +87,170 @@ wait_for() {
     fi
     sleep 0.5
   done
+}
+
+# --- processes --------------------------------------------------------------------------------
+running() { # running NAME: the recorded process is alive
+  local pid
+  pid=$(cat "${PIDS}/$1.pid" 2>/dev/null) || return 1
+  [ -n "${pid}" ] && kill -0 "${pid}" 2>/dev/null
+}
+
+# start NAME COMMAND...: starts COMMAND in its own session, output to logs/NAME.log, PID recorded.
+start() {
+  local name=$1
+  shift
+  if running "${name}"; then
+    log "${name} already running (pid $(cat "${PIDS}/${name}.pid"))"
+    return
+  fi
+  log "starting ${name}"
+  echo "--- $(date -Is) $*" >>"${LOGS}/${name}.log"
+  setsid "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null &
+  echo $! >"${PIDS}/${name}.pid"
+}
+
+# alive_or_die NAME: fails with the end of NAME's log when it exited.
+alive_or_die() {
+  running "$1" && return 0
+  log "$1 exited; the end of ${LOGS}/$1.log:"
+  tail -n 30 "${LOGS}/$1.log" >&2
+  exit 1
+}
+
+# wait_up NAME TIMEOUT COMMAND...: waits for COMMAND to succeed while NAME stays alive.
+wait_up() {
+  local name=$1 timeout=$2
+  shift 2
+  local deadline=$(($(date +%s) + timeout))
+  until "$@" >/dev/null 2>&1; do
+    alive_or_die "${name}"
+    if [ "$(date +%s)" -ge "${deadline}" ]; then
+      log "timed out after ${timeout}s waiting for ${name}; the end of ${LOGS}/${name}.log:"
+      tail -n 30 "${LOGS}/${name}.log" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
+
+# Process IDs whose command line mentions one of our directories (our components all name a file
+# under ${WORK}; containerd shims name ${CONTAINERD_STATE}), never processes of other users of the
+# same binaries (e.g. envtest's kube-apiserver and etcd from bin/k8s).
+our_pids() {
+  local p cmdline
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    [ "${p}" = "$$" ] && continue
+    cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/${p}/cmdline") || continue
+    case "${cmdline}" in
+      *" ${WORK}/"* | *"=${WORK}/"* | *" ${CONTAINERD_STATE}/"* | *" ${CONTAINERD_SOCK}"*) echo "${p}" ;;
+    esac
+  done
+}
+
+# stop NAME...: SIGTERM to the recorded processes, SIGKILL to those still running after 10 s.
+stop() {
+  local name pid alive pids=()
+  for name in "$@"; do
+    pid=$(cat "${PIDS}/${name}.pid" 2>/dev/null) || continue
+    if [ -n "${pid}" ] && kill -0 "${pid}" 2>/dev/null &&
+      tr '\0' ' ' 2>/dev/null <"/proc/${pid}/cmdline" | grep -q -- "${name}"; then
+      log "stopping ${name} (pid ${pid})"
+      kill -TERM "${pid}" 2>/dev/null || true
+      pids+=("${pid}")
+    fi
+    rm -f "${PIDS}/${name}.pid"
+  done
+  for _ in $(seq 1 40); do
+    alive=0
+    for pid in "${pids[@]}"; do
+      kill -0 "${pid}" 2>/dev/null && alive=1
+    done
+    [ "${alive}" -eq 0 ] && return 0
+    sleep 0.25
+  done
+  for pid in "${pids[@]}"; do
+    if kill -0 "${pid}" 2>/dev/null; then
+      log "pid ${pid} did not stop in 10s: SIGKILL"
+      kill -KILL "${pid}" 2>/dev/null || true
+    fi
+  done
+}
+
+# kubepods_cgroups: the kubelet's cgroups in every hierarchy, deepest first.
+kubepods_cgroups() {
+  local top
+  for top in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+    [ -d "${top}" ] && find "${top}" -depth -type d
+  done
+  return 0
+}
+
+# kill_pods: SIGKILL every process in the kubelet's cgroups (the pods' processes), until none is left.
+kill_pods() {
+  local i cg pids
+  for i in $(seq 1 20); do
+    pids=$(for cg in $(kubepods_cgroups); do cat "${cg}/cgroup.procs" 2>/dev/null; done | sort -u)
+    [ -z "${pids}" ] && return 0
+    [ "${i}" -eq 1 ] && log "killing the pods' processes: $(echo "${pids}" | wc -l)"
+    # shellcheck disable=SC2086
+    kill -KILL ${pids} 2>/dev/null || true
+    sleep 0.25
+  done
+  log "processes left in kubepods cgroups: $(echo "${pids}" | tr '\n' ' ')"
+  return 1
+}
+
+# our_mounts: the mounts under our directories (the state dir, containerd's root and state), deepest
+# first.
+our_mounts() {
+  awk -v a="${WORK}" -v b="${CONTAINERD_ROOT}" -v c="${CONTAINERD_STATE}" '
+    { m = $5; gsub(/\\040/, " ", m) }
+    m == a || index(m, a "/") == 1 || m == b || index(m, b "/") == 1 || m == c || index(m, c "/") == 1 { print length(m), m }
+  ' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | uniq
+}
+
+# unmount_ours: unmounts them all; the kubelet bind-mounts its root dir onto itself (rshared),
+# possibly more than once, so it repeats until none is left.
+unmount_ours() {
+  local i m mounts
+  for i in $(seq 1 10); do
+    mounts=$(our_mounts)
+    [ -z "${mounts}" ] && return 0
+    [ "${i}" -eq 1 ] && log "unmounting $(echo "${mounts}" | wc -l) mounts"
+    while IFS= read -r m; do
+      umount "${m}" 2>/dev/null || umount -l "${m}" 2>/dev/null || true
+    done <<<"${mounts}"
+  done
+}
+
+# BOOT_DIR/boot_id is the node's boot ID as the e2e agent reads it (--boot-id-path, through
+# overlays/kubedevice): up.sh writes the kernel's, node-event.sh power-on a fresh one, so a simulated
+# reboot takes the agent's real reboot path.
+BOOT_DIR=${WORK}/boot
+
+# start_containerd: containerd with up.sh's configuration (${WORK}/containerd.toml), its own bin
+# directory first on PATH so it starts our shim; returns when it answers.
+start_containerd() {
+  start containerd env PATH="${NODE_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    "${NODE_BIN}/containerd" --config "${WORK}/containerd.toml"
+  wait_up containerd 60 "${NODE_BIN}/ctr" -a "${CONTAINERD_SOCK}" version
+}
+
+# start_kubelet: the kubelet with up.sh's configuration (${WORK}/kubelet.yaml); returns when its
+# healthz answers. The node IP is detected (--node-ip=127.0.0.1 is refused): the address of the
+# default route's interface, which kubectl logs/exec reach.
+start_kubelet() {
+  start kubelet "${K8S_BIN}/kubelet" --config "${WORK}/kubelet.yaml" \
+    --kubeconfig "${WORK}/kubelet.kubeconfig" --root-dir "${KUBELET_ROOT}" \
+    --cert-dir "${KUBELET_ROOT}/pki" --hostname-override "${NODE_NAME}" --v 1
+  wait_up kubelet 60 kubelet_healthy
+}
+
+# kubelet_healthy: the kubelet's healthz (127.0.0.1:10248, plain HTTP) answers ok.
+kubelet_healthy() {
+  local reply
+  reply=$(exec 3<>/dev/tcp/127.0.0.1/10248 && printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3 && cat <&3) || return 1
+  [ "${reply##*$'\n'}" = ok ]
 }

@@ -64,6 +64,22 @@ for d in ${HOST_DIRS_SAVED}; do
     mv "${WORK}/host/saved${key}.tmp" "${WORK}/host/saved${key}"
   fi
 done
+# What the cluster writes into directories that may already be there (the kubelet's device-plugin
+# directory under /var/lib/kubelet, the CDI spec directories) is found by what was not there before:
+# the listing is recorded once, and down.sh removes everything else.
+for d in ${HOST_DIRS_LISTED}; do
+  listing="${WORK}/host/listing$(echo "${d}" | tr / _)"
+  [ -e "${listing}" ] && continue
+  { [ ! -d "${d}" ] || find "${d}" -xdev -mindepth 1 -print0; } >"${listing}.tmp"
+  mv "${listing}.tmp" "${listing}"
+done
+# A device checkpoint the e2e kubelet did not write (another kubelet's, or a run that did not clean
+# up) would make it start with a stale device manager: it goes aside, and down.sh puts it back.
+saved_checkpoint="${WORK}/host/saved$(echo "${KUBELET_DEVICE_CHECKPOINT}" | tr / _)"
+if [ -e "${KUBELET_DEVICE_CHECKPOINT}" ] && [ ! -e "${saved_checkpoint}" ] && ! running kubelet; then
+  log "moving the kubelet device checkpoint ${KUBELET_DEVICE_CHECKPOINT} aside (down.sh puts it back)"
+  mv "${KUBELET_DEVICE_CHECKPOINT}" "${saved_checkpoint}"
+fi
 
 # --- certificates and credentials ---------------------------------------------------------------
 # cert NAME SUBJECT [SAN]: a key and a certificate signed by the CA, for one year.
@@ -142,51 +158,7 @@ kubeconfig "${WORK}/kubelet.kubeconfig" "system:node:${NODE_NAME}"
 kubeconfig "${WORK}/controller-manager.kubeconfig" system:kube-controller-manager
 kubeconfig "${WORK}/scheduler.kubeconfig" system:kube-scheduler
 
-# --- processes ----------------------------------------------------------------------------------
-running() { # running NAME: the recorded process is alive
-  local pid
-  pid=$(cat "${PIDS}/$1.pid" 2>/dev/null) || return 1
-  [ -n "${pid}" ] && kill -0 "${pid}" 2>/dev/null
-}
-
-# start NAME COMMAND...: starts COMMAND in its own session, output to logs/NAME.log, PID recorded.
-start() {
-  local name=$1
-  shift
-  if running "${name}"; then
-    log "${name} already running (pid $(cat "${PIDS}/${name}.pid"))"
-    return
-  fi
-  log "starting ${name}"
-  echo "--- $(date -Is) $*" >>"${LOGS}/${name}.log"
-  setsid "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null &
-  echo $! >"${PIDS}/${name}.pid"
-}
-
-# alive_or_die NAME: fails with the end of NAME's log when it exited.
-alive_or_die() {
-  running "$1" && return 0
-  log "$1 exited; the end of ${LOGS}/$1.log:"
-  tail -n 30 "${LOGS}/$1.log" >&2
-  exit 1
-}
-
-# wait_up NAME TIMEOUT COMMAND...: waits for COMMAND to succeed while NAME stays alive.
-wait_up() {
-  local name=$1 timeout=$2
-  shift 2
-  local deadline=$(($(date +%s) + timeout))
-  until "$@" >/dev/null 2>&1; do
-    alive_or_die "${name}"
-    if [ "$(date +%s)" -ge "${deadline}" ]; then
-      log "timed out after ${timeout}s waiting for ${name}; the end of ${LOGS}/${name}.log:"
-      tail -n 30 "${LOGS}/${name}.log" >&2
-      exit 1
-    fi
-    sleep 0.5
-  done
-}
-
+# --- processes (start, running, wait_up: lib.sh) ---------------------------------------------
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 if ! running etcd; then
@@ -319,13 +291,14 @@ state = "${CONTAINERD_STATE}"
       # NRI plugins are connected.
       enable = true
 TOML
-# Its own bin directory first on PATH, so it starts our shim.
-start containerd env PATH="${NODE_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-  "${NODE_BIN}/containerd" --config "${WORK}/containerd.toml"
-wait_up containerd 60 "${NODE_BIN}/ctr" -a "${CONTAINERD_SOCK}" version
+start_containerd
 log "containerd ready"
 
 "${ROOT}/hack/e2e-node/image.sh"
+
+# The boot ID the e2e agent reads (lib.sh, BOOT_DIR): the kernel's, until node-event.sh power-on.
+mkdir -p "${BOOT_DIR}"
+[ -s "${BOOT_DIR}/boot_id" ] || cat /proc/sys/kernel/random/boot_id >"${BOOT_DIR}/boot_id"
 
 # --- kubelet ------------------------------------------------------------------------------------
 cat >"${WORK}/kubelet.yaml" <<YAML
@@ -358,11 +331,7 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 podLogsDir: ${WORK}/pod-logs
 YAML
-# The node IP is detected (--node-ip=127.0.0.1 is refused): the address of the default route's
-# interface, which kubectl logs/exec reach.
-start kubelet "${K8S_BIN}/kubelet" --config "${WORK}/kubelet.yaml" \
-  --kubeconfig "${WORK}/kubelet.kubeconfig" --root-dir "${KUBELET_ROOT}" \
-  --cert-dir "${KUBELET_ROOT}/pki" --hostname-override "${NODE_NAME}" --v 1
+start_kubelet
 node_ready() {
   [ "$(kubectl get node "${NODE_NAME}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
