@@ -181,6 +181,8 @@ func parseFlags() (*settings, error) {
 		"Directory of the registration socket (kubelet.sock) and the device plugins' sockets. Never the kubelet's own directory, which deletes foreign sockets.")
 	flag.StringVar(&s.core.StateDir, "state-dir", s.core.StateDir,
 		"Directory of the agent's checkpoint; not --plugin-dir, which every device plugin mounts read-write. A checkpoint an earlier agent left in --plugin-dir is moved here on the first start.")
+	flag.StringVar(&s.core.BootIDPath, "boot-id-path", s.core.BootIDPath,
+		"File holding the node's boot ID, recorded in the checkpoint: a different one at start means the node rebooted, so no container of the checkpoint still runs and every device is allocated again. Change it only to simulate a reboot in a test.")
 	flag.StringVar(&s.core.PluginsRegistryDir, "plugins-registry-dir", s.core.PluginsRegistryDir,
 		"Directory watched for plugins that announce themselves through the kubelet's plugin watcher; empty disables that registration path.")
 	flag.DurationVar(&s.core.EndpointGracePeriod, "endpoint-grace-period", s.core.EndpointGracePeriod,
