@@ -129,6 +129,17 @@ func (b *podBuilder) Limits(name string, quantity int64) *podBuilder {
 	return b
 }
 
+// InitContainer adds an init container, from the same image, that runs the command and asks for
+// quantity of the resource res (none when 0).
+func (b *podBuilder) InitContainer(name, res string, quantity int64, cmd ...string) *podBuilder {
+	c := corev1.Container{Name: name, Image: image, ImagePullPolicy: corev1.PullNever, Command: cmd}
+	if quantity > 0 {
+		c.Resources.Limits = corev1.ResourceList{corev1.ResourceName(res): *resource.NewQuantity(quantity, resource.DecimalSI)}
+	}
+	b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, c)
+	return b
+}
+
 func (b *podBuilder) RestartNever() *podBuilder {
 	b.pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	return b

@@ -324,10 +324,12 @@ var _ = Describe("kubedevice on the real node", func() {
 	})
 
 	describeDRA()
+	describeNodeEvents()
 
-	// Last: the kubelet keeps the gopher it managed listed (unhealthy, then at 0) after the plugin
-	// is gone, which the installs above must not meet (observe_test.go).
+	// Last: the kubelet keeps the gophers it managed listed (unhealthy, then at 0) after the plugin
+	// is gone, which the installs above must not meet (observe_test.go, nodeevents_test.go).
 	describeObserveMode()
+	describeNodeEventsControl()
 })
 
 // setUp builds the image, removes what an interrupted run left, installs kubedevice and waits

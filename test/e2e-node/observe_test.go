@@ -49,7 +49,7 @@ func describeObserveMode() {
 		BeforeAll(func(ctx context.Context) {
 			buildImage(ctx)
 			uninstall(ctx, "")
-			DeferCleanup(func(ctx context.Context) { uninstallObserving(ctx, label) }, NodeTimeout(5*time.Minute))
+			DeferCleanup(func(ctx context.Context) { uninstallObserving(ctx, label, 1) }, NodeTimeout(5*time.Minute))
 			forgetGopherCapacity(ctx)
 			start := time.Now()
 			out, err := kubectl(ctx, "apply", "--server-side", "-k", overlay("kubedevice-observe"))
@@ -193,7 +193,8 @@ func describeObserveMode() {
 // cleanup once the controller is gone) and checks that the kubelet's gopher is still offered by
 // the Node: observe mode never owned it. Then it removes the rest as uninstall does; the kubelet
 // keeps listing the gopher (unhealthy, then 0) once its plugin is gone, which is the kubelet's.
-func uninstallObserving(ctx context.Context, label string) {
+// gophers is how many the kubelet offers.
+func uninstallObserving(ctx context.Context, label string, gophers int) {
 	start := time.Now()
 	_, err := kubectl(ctx, "delete", "-k", overlay("kubedevice-observe"), "--ignore-not-found", "--wait=false")
 	Expect(err).NotTo(HaveOccurred())
@@ -205,11 +206,13 @@ func uninstallObserving(ctx context.Context, label string) {
 			g.Expect(crdExists(ctx, crd)).To(BeFalse(), "CRD %s", crd)
 		}
 	}).Should(Succeed())
-	recordTiming(label+"kubectl delete -k --wait=false, kubedevice cleanup, the CRDs gone", time.Since(start))
+	if label != "" {
+		recordTiming(label+"kubectl delete -k --wait=false, kubedevice cleanup, the CRDs gone", time.Since(start))
+	}
 	n, err := clientset.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	c := n.Status.Capacity[gopherResource]
-	Expect(c.Value()).To(Equal(int64(1)), "the kubelet's gopher, which kubedevice cleanup must leave")
+	Expect(c.Value()).To(BeEquivalentTo(gophers), "the kubelet's gophers, which kubedevice cleanup must leave")
 	uninstall(ctx, "")
 }
 
