@@ -224,7 +224,11 @@ func podStateOf(ctx context.Context, ns, name string) podState {
 func containersOf(pod *corev1.Pod) []string {
 	var out []string
 	for _, s := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
-		out = append(out, fmt.Sprintf("%s %s %d", s.Name, s.ContainerID, s.RestartCount))
+		id := s.ContainerID
+		if id == "" {
+			id = "-"
+		}
+		out = append(out, fmt.Sprintf("%s %s %d", s.Name, id, s.RestartCount))
 	}
 	return out
 }
@@ -370,6 +374,44 @@ func runningOrFailed(ctx context.Context, ns, name string, timeout time.Duration
 	}
 }
 
+// runningAgain waits until the pod runs again after a reboot: all its containers new (the status
+// the kubelet wrote before the power loss still says Running until it writes another), or until
+// it has failed or the timeout passed.
+func runningAgain(ctx context.Context, ns, name string, before podState, timeout time.Duration) (bool, string) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, text := runningOrFailed(ctx, ns, name, time.Until(deadline))
+		if !ok {
+			return false, text
+		}
+		pod, err := getPod(ctx, ns, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		if renewed(before.containers, containersOf(pod)) {
+			return true, "running"
+		}
+		if time.Now().After(deadline) {
+			return false, "still shows the containers from before the reboot: " + describeStatus(pod)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// renewed: every container of after has another ID than it had before.
+func renewed(before, after []string) bool {
+	ids := map[string]bool{}
+	for _, c := range before {
+		ids[strings.Fields(c)[1]] = true
+	}
+	for _, c := range after {
+		if f := strings.Fields(c); len(f) < 2 || f[1] == "-" || ids[f[1]] {
+			return false
+		}
+	}
+	return len(after) > 0
+}
+
 func initDone(pod *corev1.Pod) bool {
 	for _, s := range pod.Status.InitContainerStatuses {
 		if s.State.Terminated == nil || s.State.Terminated.ExitCode != 0 {
@@ -399,7 +441,7 @@ func rebootSpec(ctx context.Context, p lifePath, ns string) {
 	var texts []string
 	after := map[string]podState{}
 	for _, name := range devicePods {
-		ok, text := runningOrFailed(ctx, ns, name, 3*time.Minute)
+		ok, text := runningAgain(ctx, ns, name, before[name], 3*time.Minute)
 		if !p.control {
 			Expect(ok).To(BeTrue(), "%s after the reboot: %s", name, text)
 		}
