@@ -156,6 +156,7 @@ func TestSnapshot(t *testing.T) {
 	want := ResourceSnapshot{
 		ResourceName: testResource,
 		Endpoints:    []string{"/dp/p.sock"},
+		Registration: 7,
 		State:        PluginRegistered,
 		StateSince:   connectedAt,
 		Options:      PluginOptions{GetPreferredAllocationAvailable: true},
@@ -186,6 +187,39 @@ func TestSnapshot(t *testing.T) {
 	}
 	if _, ok := tm.Snapshot("example.com/unknown"); ok {
 		t.Error("snapshot of an unknown resource")
+	}
+}
+
+// A snapshot's Registration names the connection serving the resource: it changes with every
+// registration, a new socket's or a takeover of the same socket, follows the serving endpoint when
+// the newest one goes, and is 0 while no plugin is connected.
+func TestSnapshotRegistration(t *testing.T) {
+	tm := newTestManager(t, false)
+	h, ctx := tm.handler(), tm.ctx
+	registration := func() uint64 {
+		t.Helper()
+		s, ok := tm.Snapshot(testResource)
+		if !ok {
+			t.Fatal("no snapshot")
+		}
+		return s.Registration
+	}
+	first := &fakePlugin{id: 3, resource: testResource, socket: "/dp/a.sock"}
+	takeover := &fakePlugin{id: 4, resource: testResource, socket: "/dp/a.sock"}
+	second := &fakePlugin{id: 5, resource: testResource, socket: "/dp/b.sock"}
+	var got []uint64
+	for _, p := range []*fakePlugin{first, takeover, second} {
+		if err := h.PluginConnected(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, registration())
+	}
+	h.PluginDisconnected(ctx, second, nil)
+	got = append(got, registration())
+	h.PluginDisconnected(ctx, takeover, nil)
+	got = append(got, registration())
+	if diff := cmp.Diff([]uint64{3, 4, 5, 4, 0}, got); diff != "" {
+		t.Errorf("Registration after each connect and disconnect (-want +got):\n%s", diff)
 	}
 }
 

@@ -43,6 +43,14 @@ type ResourceSnapshot struct {
 	// newest registration first: the first one serves RPCs. Empty when
 	// disconnected.
 	Endpoints []string
+	// Registration identifies the plugin connection that serves the
+	// resource's RPCs (Endpoints[0]): the number the registration server gave
+	// it, which grows with every registration; 0 when no plugin is connected.
+	// It changes whenever a plugin registers, on a new socket or taking over
+	// its old one, so a consumer can tell a registration from other changes
+	// (runtime injection retries at once the PreStartContainer calls that
+	// waited for the plugin).
+	Registration uint64
 	// State and StateSince: when the resource last became Registered or
 	// Disconnected.
 	State      PluginState
@@ -113,14 +121,7 @@ func (m *Manager) snapshotLocked(r *resourceState) ResourceSnapshot {
 			GetPreferredAllocationAvailable: r.primary.opts().GetGetPreferredAllocationAvailable(),
 		},
 	}
-	live := make([]*endpoint, 0, len(r.endpoints))
-	for _, e := range r.endpoints {
-		live = append(live, e)
-	}
-	slices.SortFunc(live, func(a, b *endpoint) int { return cmp.Compare(b.clientID, a.clientID) })
-	for _, e := range live {
-		s.Endpoints = append(s.Endpoints, e.socketPath())
-	}
+	s.Endpoints, s.Registration = r.liveEndpoints()
 
 	s.Devices = make([]DeviceSnapshot, 0, len(r.devices)+len(r.awaiting))
 	for _, devs := range []map[string]*device{r.devices, r.awaiting} {
@@ -165,4 +166,21 @@ func (m *Manager) snapshotLocked(r *resourceState) ResourceSnapshot {
 	}
 	slices.SortFunc(s.Devices, func(a, b DeviceSnapshot) int { return strings.Compare(a.ID, b.ID) })
 	return s
+}
+
+// liveEndpoints returns the socket paths of r's connected endpoints, newest registration first,
+// and the client ID of the newest (the one serving RPCs); nil and 0 when none is connected.
+func (r *resourceState) liveEndpoints() (sockets []string, registration uint64) {
+	live := make([]*endpoint, 0, len(r.endpoints))
+	for _, e := range r.endpoints {
+		live = append(live, e)
+	}
+	if len(live) == 0 {
+		return nil, 0
+	}
+	slices.SortFunc(live, func(a, b *endpoint) int { return cmp.Compare(b.clientID, a.clientID) })
+	for _, e := range live {
+		sockets = append(sockets, e.socketPath())
+	}
+	return sockets, uint64(live[0].clientID)
 }

@@ -216,6 +216,12 @@ func (w *PodWrapper) SidecarContainer(name string, resourceName corev1.ResourceN
 	return w
 }
 
+// RestartPolicy sets spec.restartPolicy.
+func (w *PodWrapper) RestartPolicy(p corev1.RestartPolicy) *PodWrapper {
+	w.Spec.RestartPolicy = p
+	return w
+}
+
 // Phase sets status.phase.
 func (w *PodWrapper) Phase(p corev1.PodPhase) *PodWrapper {
 	w.Status.Phase = p

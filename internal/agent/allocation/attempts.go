@@ -72,6 +72,10 @@ type attempt struct {
 	resources []string
 	done      bool
 	out       outcome
+	// stale is set when a resource the pod asks for changed after the attempt started (a plugin
+	// registered, devices were freed or became healthy): a refusal it ends with may no longer
+	// hold, so it is not taken and the pod is tried again.
+	stale bool
 }
 
 func newAttempts(core Core, limit int) *attempts {
@@ -117,10 +121,12 @@ func (a *attempts) take(ctx context.Context, pod *corev1.Pod) (outcome, bool) {
 		case !at.done:
 			// In flight (for this pod, or for the pod this one replaced): its end requeues the key.
 			return outcome{}, false
-		case at.uid == pod.UID:
+		case at.uid == pod.UID && (!at.stale || at.out.err == nil):
 			delete(a.pods, key)
 			return at.out, true
 		default:
+			// Ended for the pod this one replaced, or refused before a change of its resources:
+			// try again.
 			delete(a.pods, key)
 		}
 	}
@@ -183,6 +189,19 @@ func (a *attempts) run(ctx context.Context, key types.NamespacedName, at *attemp
 	a.mu.Unlock()
 	for _, k := range wake {
 		q.Add(reconcile.Request{NamespacedName: k})
+	}
+}
+
+// changed marks the attempt of the pods named key, in flight or ended and not taken yet, as
+// made before a change of a resource the pod asks for: a refusal it ends with is not taken, and
+// the pod's next reconcile tries again. Without it, the retrigger of a pod whose attempt started
+// before its plugin registered (or before the plugin's first devices arrived) would only take
+// that attempt's refusal, and the pod would wait for its backoff.
+func (a *attempts) changed(key types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if at, ok := a.pods[key]; ok {
+		at.stale = true
 	}
 }
 

@@ -190,3 +190,78 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestAttemptsChanged: an attempt made before a change of the pod's resources (its plugin
+// registering, its first devices arriving) is not taken if it ends with a refusal: the pod's
+// next reconcile tries again at once, instead of recording the refusal and waiting for its
+// backoff. An allocation is taken whatever changed.
+func TestAttemptsChanged(t *testing.T) {
+	core := &blockingCore{release: map[types.UID]chan struct{}{}, errs: map[types.UID]error{}}
+	a := newAttempts(core, attemptsPerResource)
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := a.start(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("no healthy devices")
+	pod := func(name string) *corev1.Pod {
+		core.mu.Lock()
+		core.errs[types.UID(name)] = refused
+		core.mu.Unlock()
+		return testutil.MakePod(name, "ns").UID(types.UID(name)).Node("n1").Request(testResource, 1).Obj()
+	}
+	key := func(p *corev1.Pod) types.NamespacedName {
+		return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	}
+	inFlight, ended, allocated := pod("in-flight"), pod("ended"), pod("allocated")
+
+	// Ended, and its outcome not taken yet, when the change comes.
+	if _, ok := a.take(ctx, ended); ok {
+		t.Fatal("take answered before any attempt")
+	}
+	close(core.gate(ended.UID))
+	if got := next(t, q); got != key(ended) {
+		t.Fatalf("requeued %v, want %v", got, key(ended))
+	}
+	// In flight when the change comes; then refused.
+	for _, p := range []*corev1.Pod{inFlight, allocated} {
+		if _, ok := a.take(ctx, p); ok {
+			t.Fatalf("take(%s) answered before its attempt", p.Name)
+		}
+	}
+	waitFor(t, func() bool { return core.started() == 3 })
+	for _, p := range []*corev1.Pod{ended, inFlight, allocated} {
+		a.changed(key(p))
+	}
+	core.mu.Lock()
+	core.errs[allocated.UID] = nil
+	core.mu.Unlock()
+	for _, p := range []*corev1.Pod{inFlight, allocated} {
+		close(core.gate(p.UID))
+		if got := next(t, q); got != key(p) {
+			t.Fatalf("requeued %v, want %v", got, key(p))
+		}
+	}
+
+	for _, p := range []*corev1.Pod{ended, inFlight} {
+		if out, ok := a.take(ctx, p); ok {
+			t.Errorf("take(%s) = %v: took a refusal made before its resources changed", p.Name, out.err)
+		}
+	}
+	waitFor(t, func() bool { return core.started() == 5 })
+	if out, ok := a.take(ctx, allocated); !ok || out.err != nil {
+		t.Errorf("take(allocated) = %v, %t; want the allocation", out.err, ok)
+	}
+	// The new attempts (their pods' gates are open) are refused again, after the change: their
+	// refusals are taken.
+	for range 2 {
+		next(t, q)
+	}
+	for _, p := range []*corev1.Pod{ended, inFlight} {
+		if out, ok := a.take(ctx, p); !ok || !errors.Is(out.err, refused) {
+			t.Errorf("take(%s) = %v, %t; want the refusal of the attempt made after the change", p.Name, out.err, ok)
+		}
+	}
+}

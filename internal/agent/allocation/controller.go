@@ -295,6 +295,8 @@ func (r *reconciler) retriggerWaiting(ctx context.Context, q workqueue.TypedRate
 				return
 			}
 			for _, key := range r.waiting(ctx, changed) {
+				// An attempt made before the change may have been refused for what changed.
+				r.attempts.changed(key)
 				q.Add(reconcile.Request{NamespacedName: key})
 			}
 		}

@@ -39,13 +39,15 @@ limitations under the License.
 // (refusals.go: 1 s after the first, doubling up to 30 s), so a flapping plugin cannot make the
 // agent rewrite a waiting pod's DeviceAllocation, or report an event, at every flap.
 //
-// No reconcile waits on a plugin's Allocate. Core.AllocatePod runs as an attempt beside the
-// workers (attempts.go), one per pod, at most attemptsPerResource at once per resource asked for;
-// its end requeues the pod, whose next reconcile takes the outcome. A pod asking for a resource
-// with no room is parked until an attempt of that resource ends. A plugin hanging in Allocate
-// thus delays only the pods of its own resource, and a pod asking for several resources is still
-// allocated all at once or not at all, by one AllocatePod call. When the agent stops, no attempt
-// starts and those in flight are cancelled and awaited.
+// No reconcile waits on a plugin's Allocate. Core.AllocatePod runs as an attempt beside the workers
+// (attempts.go), one per pod, at most attemptsPerResource at once per resource asked for; its end
+// requeues the pod, whose next reconcile takes the outcome; a refusal of an attempt made before a
+// change of one of the pod's resources (its plugin registering, its first devices arriving) is not
+// taken, and the retriggered pod is tried again at once. A pod asking for a resource with no room
+// is parked until an attempt of that resource ends. A plugin hanging in Allocate thus delays only
+// the pods of its own resource, and a pod asking for several resources is still allocated all at
+// once or not at all, by one AllocatePod call. When the agent stops, no attempt starts and those in
+// flight are cancelled and awaited.
 //
 // A pod holding devices through DRA ResourceClaims the agent prepared (the DRA flow) gets them
 // listed in its DeviceAllocation too, by container (claims.go: Core.ClaimNamed, the containers'

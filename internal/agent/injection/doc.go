@@ -53,16 +53,20 @@ limitations under the License.
 //
 // A failed call is reported with a PreStartContainerFailed Warning event on the pod (the kubelet's
 // message, once per distinct error), the container's creations are refused with it, and it is
-// retried with backoff (trigger "retry"); the DeviceAllocation stays Allocated, as the devices
-// are. A running container is never called for: the controller acts only on a container the
-// status shows ended, and not once the hook has admitted a newer one. Grants are in memory:
-// after an agent restart, a container being created finds no grant and is refused once, and
-// containers already running are not disturbed. Without NRI there is no hook to hold a start that
-// was not prepared: the call at allocation and the restarts prepared from the status are all
-// there is, and a restart the status shows late starts unprepared. Plugins that do not ask for
-// PreStartContainer need no grant, and their containers are admitted as before. Which plugins ask
-// for it the mirror keeps current (RefreshPreStart, Served), and start-up restores from the
-// NodeDevices (RestorePreStartRequired).
+// retried with backoff (trigger "retry"); the DeviceAllocation stays Allocated, as the devices are.
+// A call that waits for its plugin (stopped, or not registered again since an agent restart) is
+// made the moment the plugin registers (registrations.go: the controller watches the core, and
+// queues at once, its backoff forgotten, every pod with a pending call on a resource another
+// connection now serves), so the kubelet's next creation of the container is admitted rather than
+// refused once more; how long the kubelet waits before that creation is its own back-off. A running
+// container is never called for: the controller acts only on a container the status shows ended,
+// and not once the hook has admitted a newer one. Grants are in memory: after an agent restart, a
+// container being created finds no grant and is refused once, and containers already running are
+// not disturbed. Without NRI there is no hook to hold a start that was not prepared: the call at
+// allocation and the restarts prepared from the status are all there is, and a restart the status
+// shows late starts unprepared. Plugins that do not ask for PreStartContainer need no grant, and
+// their containers are admitted as before. Which plugins ask for it the mirror keeps current
+// (RefreshPreStart, Served), and start-up restores from the NodeDevices (RestorePreStartRequired).
 //
 // It owns the NRI plugin, its index, the grants and the PreStartContainer controller. It may not
 // allocate or free devices, nor write any object of the cluster (it only reads pods and records

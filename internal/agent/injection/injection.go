@@ -53,6 +53,11 @@ type Core interface {
 	PodAllocation(podUID string) (nodeagent.PodAllocation, bool)
 	// Snapshots lists the resources the core knows.
 	Snapshots() []nodeagent.ResourceSnapshot
+	// Snapshot is what the core knows of resource; false when it knows nothing.
+	Snapshot(resource string) (nodeagent.ResourceSnapshot, bool)
+	// Subscribe tells which resources changed: the PreStartContainer controller retries at once
+	// the calls that waited for a plugin that registered.
+	Subscribe() *nodeagent.Subscription
 }
 
 // Options are runtime injection's settings and dependencies.

@@ -102,9 +102,12 @@ func setupPreStart(mgr manager.Manager, x *Injection) error {
 		Complete(r)
 }
 
-// requests hands the controller's queue to requestPreStart.
-func (r *preStartReconciler) requests(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+// requests hands the controller's queue the requests for PreStartContainer calls that do not
+// come from the pod's watch: those of the NRI hook and of allocation (requestPreStart), and those
+// of a plugin registering (watchRegistrations).
+func (r *preStartReconciler) requests(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	r.preStartQueue.Store(&q)
+	r.watchRegistrations(ctx, q)
 	return nil
 }
 

@@ -36,11 +36,13 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri/nritest"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
@@ -84,6 +86,26 @@ func (ps *preStarts) failWith(err error) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.fail = err
+}
+
+// preStartFailures is the number of failed PreStartContainer calls the agents of this process
+// made (kubedevice_agent_prestart_container_total{result="failure"}).
+func preStartFailures() int {
+	GinkgoHelper()
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	n := 0
+	for _, f := range families {
+		if f.GetName() != "kubedevice_agent_prestart_container_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if labelsOf(m)["result"] == "failure" {
+				n += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return n
 }
 
 // createContainerID asks the runtime to create the container of pod whose runtime ID is id: each
@@ -238,6 +260,53 @@ var _ = Describe("Node agent calling PreStartContainer before every container st
 		Eventually(retried("c8")).Should(injected)
 		Expect(ps.count()).To(Equal(calls + 1))
 		Expect(createContainerID(rt, pod, "sidecar", "s2")()).To(untouched)
+	})
+
+	It("makes the call a restart waited for the moment its plugin registers again, however long the agent's backoff, so the kubelet's next creation is admitted", func() {
+		rt, n := startRuntimeAndAgent()
+		p := n.plugin(gopher, gophers("gopher", 1))
+		p.SetAllocateFunc(deviceAllocator)
+		ps := &preStarts{}
+		ps.serve(p)
+		n.register(p)
+		Eventually(n.nodeDevice(gopher, 0)).Should(And(
+			injectionCondition(metav1.ConditionTrue, kdv1alpha1.ReasonNRIConnected),
+			HaveField("Status.Plugin.PreStartRequired", BeTrue()),
+		))
+		Expect(rt.WaitForPlugins(ctx, 1)).To(Succeed())
+		pod := createPod(testutil.MakePod("waits-for-plugin", ns).Node(n.name).Request(gopher, 1))
+		allocated(pod)
+		injected := HaveField("Env", ContainElement(HaveField("Key", "GOPHER")))
+		Expect(createContainerID(rt, pod, "app", "c1")()).To(injected)
+
+		By("the plugin goes away and the container ends: the call fails at each of the kubelet's refused creations, and the agent's retries back off")
+		p.Stop()
+		Eventually(func() nodeagent.PluginState {
+			s, _ := n.dm.Snapshot(string(gopher))
+			return s.State
+		}).Should(Equal(nodeagent.PluginDisconnected))
+		failures := preStartFailures()
+		setContainerStatus(pod, ended("c1", 1))
+		Eventually(preStartFailures).Should(BeNumerically(">=", failures+1))
+		// At least seven failed calls in a row (the agent's own retries add to those the creations
+		// ask for): its next retry of its own is at least 2^6 s away, longer than any wait of this
+		// spec, so only the registration can make the call in time.
+		for i := 2; i <= 7; i++ {
+			before := preStartFailures()
+			_, err := createContainerID(rt, pod, "app", fmt.Sprintf("c%d", i))()
+			Expect(err).To(MatchError(ContainSubstring(nri.ErrDevicesNotReady.Error())))
+			Eventually(preStartFailures).Should(BeNumerically(">", before))
+		}
+
+		By("the plugin registers again: the call is made before any creation, and the kubelet's next creation is admitted")
+		calls := ps.count()
+		p = n.plugin(gopher, gophers("gopher", 1))
+		p.SetAllocateFunc(deviceAllocator)
+		ps.serve(p)
+		n.register(p)
+		Eventually(ps.count).Should(Equal(calls+1), "the registration made no PreStartContainer call")
+		Expect(createContainerID(rt, pod, "app", "c8")()).To(injected)
+		Expect(ps.count()).To(Equal(calls + 1))
 	})
 
 	It("with --runtime-injection=none, prepares the restarts the pod's status shows, once each", func() {

@@ -17,6 +17,8 @@ limitations under the License.
 package nri
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -180,6 +182,40 @@ func (g *Grants) Has(uid, container string) bool {
 	defer g.mu.RUnlock()
 	containers, _ := g.pods.get(uid)
 	return containers[container] != nil
+}
+
+// PendingPod is a pod with containers whose PreStartContainer call is to be made (Pending).
+type PendingPod struct {
+	// UID is the UID the runtime knows the pod by; Namespace and Name are the pod's.
+	UID, Namespace, Name string
+	// Containers are the names of the containers whose call is to be made, sorted.
+	Containers []string
+}
+
+// Pending lists, sorted by namespace, name and UID, the pods with containers whose
+// PreStartContainer call is to be made: a creation was refused for want of a grant, or the last
+// call failed (Wants says CauseCreation or CauseRetry). A failed call is retried with backoff;
+// the agent retries at once those that waited for a plugin that has just registered.
+func (g *Grants) Pending() []PendingPod {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []PendingPod
+	for uid, rec := range g.pods.byUID {
+		var containers []string
+		for name, c := range rec.value {
+			if c.requested {
+				containers = append(containers, name)
+			}
+		}
+		if len(containers) > 0 {
+			slices.Sort(containers)
+			out = append(out, PendingPod{UID: uid, Namespace: rec.namespace, Name: rec.name, Containers: containers})
+		}
+	}
+	slices.SortFunc(out, func(a, b PendingPod) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name), strings.Compare(a.UID, b.UID))
+	})
+	return out
 }
 
 // Forget drops the grants of the pods recorded under namespace/name, except the one with UID keep

@@ -204,6 +204,36 @@ func TestGrantsWants(t *testing.T) {
 	}
 }
 
+// TestGrantsPending lists the pods whose containers' PreStartContainer call is to be made: asked
+// for by a refused creation or failed, not granted nor admitted.
+func TestGrantsPending(t *testing.T) {
+	g, p := grantedPlugin("uid", "app")
+	g.Grant("ns", "p", "uid", "app", "")
+	if got := g.Pending(); len(got) != 0 {
+		t.Fatalf("Pending with nothing to call: %v", got)
+	}
+	mustAdmit(t, p, "c0")
+	g.Grant("ns", "p", "uid", "sidecar", "")
+	if _, _, err := p.CreateContainer(context.Background(), sandbox("uid", "ns", "p", nil), &api.Container{Id: "c1", Name: "app"}); err == nil {
+		t.Fatal("a creation without a grant was admitted")
+	}
+	g.Fail("ns", "b", "uid-b", "app", "plugin away")
+	g.Fail("ns", "b", "uid-b", "init", "plugin away")
+	g.Grant("ns", "c", "uid-c", "app", "")
+	want := []PendingPod{
+		{UID: "uid-b", Namespace: "ns", Name: "b", Containers: []string{"app", "init"}},
+		{UID: "uid", Namespace: "ns", Name: "p", Containers: []string{"app"}},
+	}
+	if diff := cmp.Diff(want, g.Pending()); diff != "" {
+		t.Errorf("Pending (-want +got):\n%s", diff)
+	}
+	g.Grant("ns", "p", "uid", "app", "c0")
+	g.Forget("ns", "b", "")
+	if got := g.Pending(); len(got) != 0 {
+		t.Errorf("Pending once granted and forgotten: %v", got)
+	}
+}
+
 func TestGrantsForget(t *testing.T) {
 	g := NewGrants(nil)
 	g.Grant("ns", "web", "old", "app", "")
