@@ -195,7 +195,11 @@ func describeStatus(pod *corev1.Pod) string {
 			parts = append(parts, fmt.Sprintf("%s terminated %s (%d)", s.Name, s.State.Terminated.Reason, s.State.Terminated.ExitCode))
 		}
 	}
-	return fmt.Sprintf("phase %s, %s", pod.Status.Phase, strings.Join(parts, "; "))
+	phase := string(pod.Status.Phase)
+	if pod.Status.Reason != "" {
+		phase += fmt.Sprintf(" (%s: %s)", pod.Status.Reason, pod.Status.Message)
+	}
+	return fmt.Sprintf("phase %s, %s", phase, strings.Join(parts, "; "))
 }
 
 // running: the pod's phase is Running and all its containers run.
