@@ -35,7 +35,9 @@ limitations under the License.
 //     writes only what differs;
 //   - through the library's resourceslice controller, started with the agent rather than at the
 //     first publish (publisher.go): it takes a second to sync its informer, which a plugin's first
-//     registration used to wait for.
+//     registration used to wait for. While it syncs at an agent's start, the slices an earlier
+//     run left get the taints of the restored state at once (stale.go), so a killed agent's
+//     devices are not offered untainted for that second while their plugins are away.
 //
 // Prepare turns each allocation result of the driver into a plugin device ID (through the
 // published names, or through the claim's record in the core after a restart) and calls the

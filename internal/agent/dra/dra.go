@@ -127,9 +127,10 @@ type runner struct {
 
 func (*runner) NeedLeaderElection() bool { return false }
 
-// Start starts the ResourceSlice controller at once, and once the agent has started: starts the
-// kubelet plugin, and publishes through the controller until ctx ends or a fatal background
-// error.
+// Start starts the ResourceSlice controller at once, and once the agent has started: makes the
+// slices an earlier run left reflect the restored state if the controller has not synced yet,
+// starts the kubelet plugin, and publishes through the controller until ctx ends or a fatal
+// background error.
 func (r *runner) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("dra")
 	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
@@ -141,6 +142,9 @@ func (r *runner) Start(ctx context.Context) error {
 	if err := r.opts.Gate.Wait(ctx); err != nil {
 		return nil
 	}
+	if !sc.synced() {
+		r.taintStale(ctx)
+	}
 	helper, err := r.startPlugin(ctx)
 	if err != nil {
 		return err
@@ -151,6 +155,20 @@ func (r *runner) Start(ctx context.Context) error {
 		return err
 	}
 	return publish(ctx, r.opts.Core, c, r.driver.fatal)
+}
+
+// taintStale taints the devices of the slices an earlier run left as the restored state says
+// (taintStale), logging what it did; failing is not fatal: the controller publishes the state
+// once it has synced.
+func (r *runner) taintStale(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	n, err := taintStale(ctx, r.opts.KubeClient, r.opts.NodeName, r.opts.Core.Snapshots())
+	if err != nil {
+		logger.Error(err, "Tainting the devices of the ResourceSlices an earlier run published, before the ResourceSlice controller has synced")
+	}
+	if n > 0 {
+		logger.Info("Tainted the devices of the ResourceSlices an earlier run published as the restored state says, until the ResourceSlice controller publishes", "resourceSlices", n)
+	}
 }
 
 // startPlugin starts the kubelet plugin: registration with the kubelet's plugin watcher, the DRA
