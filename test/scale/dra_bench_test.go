@@ -96,7 +96,7 @@ func (e *agentEnv) draRegisterOnce(b *testing.B, delay time.Duration) (time.Dura
 		return 0, err
 	}
 	defer sw.stop()
-	published := sw.when(allDevices(draDevices, untainted))
+	published := sw.when(allDevices(untainted))
 	b.StartTimer()
 	start := time.Now()
 	if err := p.Register(ctx, n.regSocket()); err != nil {
@@ -135,10 +135,10 @@ func BenchmarkAgentDRARestart(b *testing.B) {
 		if err := n.draServing(ctx, sw); err != nil {
 			b.Fatal(err)
 		}
-		if devs := sw.devices(); !allDevices(draDevices, untainted)(devs) {
+		if devs := sw.devices(); !allDevices(untainted)(devs) {
 			b.Fatalf("the killed agent's slices show %v, want every device untainted", devs)
 		}
-		tainted := sw.when(allDevices(draDevices, disconnected))
+		tainted := sw.when(allDevices(disconnected))
 		b.StartTimer()
 		start := time.Now()
 		if err := n.start(agentQPS, agentBurst); err != nil {
@@ -168,7 +168,7 @@ func (n *benchNode) draServing(ctx context.Context, sw *slicesWatch) error {
 	if err := n.stop(); err != nil {
 		return err
 	}
-	published := sw.when(allDevices(draDevices, untainted))
+	published := sw.when(allDevices(untainted))
 	if err := n.start(agentQPS, agentBurst); err != nil {
 		return err
 	}
@@ -333,14 +333,14 @@ func (w *sliceWaiter) wait(n *benchNode) (time.Time, error) {
 	}
 }
 
-// allDevices is the condition that gopher-0 … gopher-(count-1) are published, each with taints
-// that pass ok, and no other device.
-func allDevices(count int, ok func(taints []string) bool) func(map[string][]string) bool {
+// allDevices is the condition that the plugin's devices, gopher-0 … gopher-7, are published,
+// each with taints that pass ok, and no other device.
+func allDevices(ok func(taints []string) bool) func(map[string][]string) bool {
 	return func(devs map[string][]string) bool {
-		if len(devs) != count {
+		if len(devs) != draDevices {
 			return false
 		}
-		for i := range count {
+		for i := range draDevices {
 			taints, found := devs[fmt.Sprintf("gopher-%d", i)]
 			if !found || !ok(taints) {
 				return false
