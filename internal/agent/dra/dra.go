@@ -127,10 +127,10 @@ type runner struct {
 
 func (*runner) NeedLeaderElection() bool { return false }
 
-// Start starts the ResourceSlice controller at once, and once the agent has started: makes the
-// slices an earlier run left reflect the restored state if the controller has not synced yet,
-// starts the kubelet plugin, and publishes through the controller until ctx ends or a fatal
-// background error.
+// Start starts the ResourceSlice controller at once, and once the agent has started: starts the
+// kubelet plugin (which an API call must not hold up), makes the slices an earlier run left
+// reflect the restored state if the controller has not synced yet, and publishes through the
+// controller until ctx ends or a fatal background error.
 func (r *runner) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("dra")
 	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
@@ -142,14 +142,14 @@ func (r *runner) Start(ctx context.Context) error {
 	if err := r.opts.Gate.Wait(ctx); err != nil {
 		return nil
 	}
-	if !sc.synced() {
-		r.taintStale(ctx)
-	}
 	helper, err := r.startPlugin(ctx)
 	if err != nil {
 		return err
 	}
 	defer helper.Stop()
+	if !sc.synced() {
+		r.taintStale(ctx)
+	}
 	c, err := sc.wait(ctx, r.driver.fatal)
 	if c == nil {
 		return err
