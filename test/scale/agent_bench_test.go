@@ -46,6 +46,7 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
+	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
@@ -160,6 +161,10 @@ type benchNode struct {
 	e    *agentEnv
 	name string
 	dir  string
+	// dra are the resources the agent serves through DRA (none: node capacity only).
+	dra dra.Resources
+	// offline fails every request of the agent to the API server (kill).
+	offline atomic.Bool
 
 	// counter counts the running agent's requests; a start replaces it.
 	counter *apiCounter
@@ -199,6 +204,13 @@ func (n *benchNode) start(qps float32, burst int) error {
 	core.BootIDPath = filepath.Join(n.dir, "boot_id")
 	n.registry = prometheus.NewRegistry()
 	core.Registerer = n.registry
+	opts := agent.Options{NodeName: n.name, Namespace: agentNamespace}
+	if n.dra.Any() {
+		core.ServedByDRA, opts.DRAResources = n.dra.Match, n.dra
+		opts.DRA.KubeletPluginsDir = filepath.Join(n.dir, "plugins")
+		opts.DRA.KubeletRegistryDir = filepath.Join(n.dir, "plugins_registry")
+		opts.DRA.CDIDir = filepath.Join(n.dir, "cdi")
+	}
 	dm, err := nodeagent.New(core)
 	if err != nil {
 		return err
@@ -212,6 +224,7 @@ func (n *benchNode) start(qps float32, burst int) error {
 	}
 	n.counter = &apiCounter{counts: map[string]int{}}
 	cfg.Wrap(n.counter.wrap)
+	cfg.Wrap(n.offlineWrap)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 n.e.testEnv.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -227,7 +240,7 @@ func (n *benchNode) start(qps float32, burst int) error {
 		cancel()
 		return err
 	}
-	a, err := agent.Setup(mgr, dm, agent.Options{NodeName: n.name, Namespace: agentNamespace})
+	a, err := agent.Setup(mgr, dm, opts)
 	if err != nil {
 		cancel()
 		return err
@@ -278,6 +291,11 @@ func (n *benchNode) cleanup(b *testing.B) {
 		b.Error(err)
 	}
 	_ = os.RemoveAll(n.dir)
+	if n.dra.Any() {
+		if err := n.deleteSlices(context.Background()); err != nil {
+			b.Error(err)
+		}
+	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}
 	if err := client.IgnoreNotFound(n.e.admin.Delete(context.Background(), node)); err != nil {
 		b.Error(err)

@@ -19,9 +19,9 @@ limitations under the License.
 // serves it.
 //
 // It is built on k8s.io/dynamic-resource-allocation: kubeletplugin registers the driver with the
-// kubelet's plugin watcher, serves the DRA gRPC service (NodePrepareResources,
-// NodeUnprepareResources) and the resource health service, and publishes ResourceSlices through
-// resourceslice, which splits, creates, updates and deletes them. This package supplies the
+// kubelet's plugin watcher and serves the DRA gRPC service (NodePrepareResources,
+// NodeUnprepareResources) and the resource health service; ResourceSlices are published through
+// resourceslice's controller, which creates, updates and deletes them. This package supplies the
 // kubeletplugin.DRAPlugin (driver.go) and what is published (slices.go):
 //
 //   - one pool per resource, named after it (PoolName), devices named by DeviceName (a DNS label
@@ -32,7 +32,12 @@ limitations under the License.
 //   - NoSchedule taints for an unhealthy device (value: the reason), a cordoned one, one whose
 //     plugin is disconnected, and one a pod still holds through the device plugin path;
 //   - republished on every change the core announces (Subscribe), all pools at once: the library
-//     writes only what differs.
+//     writes only what differs;
+//   - through the library's resourceslice controller, started with the agent rather than at the
+//     first publish (publisher.go): it takes a second to sync its informer, which a plugin's first
+//     registration used to wait for. While it syncs at an agent's start, the slices an earlier
+//     run left get the taints of the restored state at once (stale.go), so a killed agent's
+//     devices are not offered untainted for that second while their plugins are away.
 //
 // Prepare turns each allocation result of the driver into a plugin device ID (through the
 // published names, or through the claim's record in the core after a restart) and calls the

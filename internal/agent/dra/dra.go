@@ -60,7 +60,8 @@ type Options struct {
 	// Core prepares claims and reports the devices.
 	Core Core
 	// Gate holds the kubelet plugin and the publishing until the agent has started (checkpoint
-	// restored), so no claim is prepared and no empty pool published before.
+	// restored), so no claim is prepared and no empty pool published before. The ResourceSlice
+	// controller starts (and syncs its informer) at once, without waiting for it.
 	Gate *kube.Gate
 	// KubeClient reads ResourceClaims and writes ResourceSlices; nil: built from the manager's
 	// rest config.
@@ -93,9 +94,10 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// Setup adds the DRA flow to mgr: once the agent has started, the kubelet plugin (registration
-// and DRA gRPC service, health service) and the publishing of the DRA-served resources'
-// ResourceSlices, republished on every change of the core.
+// Setup adds the DRA flow to mgr: the ResourceSlice controller, started with the manager, and
+// once the agent has started, the kubelet plugin (registration and DRA gRPC service, health
+// service) and the publishing of the DRA-served resources' ResourceSlices, republished on every
+// change of the core.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err
@@ -125,20 +127,59 @@ type runner struct {
 
 func (*runner) NeedLeaderElection() bool { return false }
 
-// Start waits for the agent's start-up, starts the kubelet plugin and publishes until ctx ends or
-// a fatal background error.
+// Start starts the ResourceSlice controller at once, and once the agent has started: starts the
+// kubelet plugin (which an API call must not hold up), makes the slices an earlier run left
+// reflect the restored state if the controller has not synced yet, and publishes through the
+// controller until ctx ends or a fatal background error.
 func (r *runner) Start(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("dra")
+	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
+	sc := startSliceController(ctx, r.opts.KubeClient, r.opts.NodeName)
+	defer func() {
+		cancel()
+		sc.stop()
+	}()
 	if err := r.opts.Gate.Wait(ctx); err != nil {
 		return nil
 	}
-	logger := klog.FromContext(ctx).WithName("dra")
-	ctx = klog.NewContext(ctx, logger)
+	helper, err := r.startPlugin(ctx)
+	if err != nil {
+		return err
+	}
+	defer helper.Stop()
+	if !sc.synced() {
+		r.taintStale(ctx)
+	}
+	c, err := sc.wait(ctx, r.driver.fatal)
+	if c == nil {
+		return err
+	}
+	return publish(ctx, r.opts.Core, c, r.driver.fatal)
+}
+
+// taintStale taints the devices of the slices an earlier run left as the restored state says
+// (taintStale), logging what it did; failing is not fatal: the controller publishes the state
+// once it has synced.
+func (r *runner) taintStale(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	n, err := taintStale(ctx, r.opts.KubeClient, r.opts.NodeName, r.opts.Core.Snapshots())
+	if err != nil {
+		logger.Error(err, "Tainting the devices of the ResourceSlices an earlier run published, before the ResourceSlice controller has synced")
+	}
+	if n > 0 {
+		logger.Info("Tainted the devices of the ResourceSlices an earlier run published as the restored state says, until the ResourceSlice controller publishes", "resourceSlices", n)
+	}
+}
+
+// startPlugin starts the kubelet plugin: registration with the kubelet's plugin watcher, the DRA
+// and health gRPC services. It publishes no ResourceSlices: the runner does.
+func (r *runner) startPlugin(ctx context.Context) (*kubeletplugin.Helper, error) {
 	// The library listens in these directories but does not create them; the driver's own
 	// directory under the kubelet's plugins directory never exists on a fresh node.
 	dataDir := filepath.Join(r.opts.KubeletPluginsDir, DriverName)
 	for _, dir := range []string{dataDir, r.opts.KubeletRegistryDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return fmt.Errorf("creating the DRA plugin directory: %w", err)
+			return nil, fmt.Errorf("creating the DRA plugin directory: %w", err)
 		}
 	}
 	opts := []kubeletplugin.Option{
@@ -156,38 +197,8 @@ func (r *runner) Start(ctx context.Context) error {
 	}
 	helper, err := kubeletplugin.Start(ctx, r.driver, opts...)
 	if err != nil {
-		return fmt.Errorf("starting the DRA kubelet plugin: %w", err)
+		return nil, fmt.Errorf("starting the DRA kubelet plugin: %w", err)
 	}
-	defer helper.Stop()
-	logger.Info("DRA kubelet plugin started", "driver", DriverName)
-	return publish(ctx, r.opts.Core, helper, r.driver.fatal)
-}
-
-// publish publishes the pools of the DRA-served resources now and again whenever the core
-// announces a change, until ctx ends (nil) or a fatal error arrives. Every change republishes all
-// pools: building them is cheap, and the library writes only the slices that differ.
-func publish(ctx context.Context, core Core, helper *kubeletplugin.Helper, fatal <-chan error) error {
-	logger := klog.FromContext(ctx)
-	sub := core.Subscribe()
-	defer sub.Close()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-fatal:
-			return err
-		case <-sub.Ready():
-		}
-		changed := sub.Changed()
-		resources, pools := driverResources(core.Snapshots())
-		for name, p := range pools {
-			if len(p.dropped) > 0 {
-				logger.Error(errors.New("device names collide"), "Devices left out of the ResourceSlices", "pool", name, "deviceIDs", p.dropped)
-			}
-		}
-		if err := helper.PublishResources(ctx, resources); err != nil {
-			return fmt.Errorf("publishing ResourceSlices: %w", err)
-		}
-		logger.V(4).Info("Published ResourceSlices", "pools", len(resources.Pools), "changed", changed)
-	}
+	klog.FromContext(ctx).Info("DRA kubelet plugin started", "driver", DriverName)
+	return helper, nil
 }

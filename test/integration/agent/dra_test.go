@@ -42,6 +42,8 @@ import (
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
 	"github.com/kubedevice/kubedevice/internal/agent/dra"
+	"github.com/kubedevice/kubedevice/internal/contract"
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
@@ -210,6 +212,55 @@ var _ = Describe("The DRA flow", func() {
 			}
 			g.Expect(sizes).To(ConsistOf(64, 64, 2))
 		}).Should(Succeed())
+	})
+
+	It("re-publishes the restored devices tainted when it restarts, before their plugin registers again", func() {
+		proxy := newCutProxy()
+		n := newNodeAgentWith(0, func(n *nodeAgent) { n.apiHost = proxy.host() }, withDRA(string(gopher)))
+		p := n.plugin(gopher, gophers("g", 2))
+		n.register(p)
+		published := func() (map[string][]string, error) {
+			out := map[string][]string{}
+			for _, name := range []string{"g-0", "g-1"} {
+				d, err := deviceOf(n.name, string(gopher), name)()
+				if err != nil {
+					return nil, err
+				}
+				out[name] = taintKeys(d)
+			}
+			return out, nil
+		}
+		Eventually(published).Should(Equal(map[string][]string{"g-0": nil, "g-1": nil}))
+
+		By("the agent is killed (nothing it writes on its way out reaches the API server) and the plugin goes away")
+		proxy.cut()
+		n.stop()
+		n.stop = nil
+		p.Stop()
+		proxy.restore()
+		Expect(published()).To(Equal(map[string][]string{"g-0": nil, "g-1": nil}), "the dead agent's slices offer the devices untainted")
+
+		By("a new agent starts: every device is tainted as awaiting its plugin, which has not registered")
+		before := n.writes.slices()
+		n.start()
+		awaiting := []string{dra.TaintPluginDisconnected + "=" + nodeagent.ReasonAwaitingPlugin}
+		Eventually(published).Should(Equal(map[string][]string{"g-0": awaiting, "g-1": awaiting}))
+		s, ok := n.dm.Snapshot(string(gopher))
+		Expect(ok).To(BeTrue())
+		Expect(s.State).To(Equal(nodeagent.PluginDisconnected), "the plugin registered again")
+
+		By("the start-up tainted them (the agent's field owner); the ResourceSlice controller, once synced, finds the slice as it would publish it: one write in all")
+		Consistently(func() int { return n.writes.slices() - before }, "2s").Should(Equal(1))
+		Expect(published()).To(Equal(map[string][]string{"g-0": awaiting, "g-1": awaiting}))
+		all, err := slicesOf(n.name)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(all[string(gopher)]).To(HaveLen(1))
+		Expect(all[string(gopher)][0].ManagedFields).To(ContainElement(And(
+			HaveField("Manager", contract.AgentFieldOwner), HaveField("Operation", metav1.ManagedFieldsOperationUpdate))))
+
+		By("the plugin registers again: the taints go")
+		n.register(n.plugin(gopher, gophers("g", 2)))
+		Eventually(published).Should(Equal(map[string][]string{"g-0": nil, "g-1": nil}))
 	})
 
 	It("removes its node's slices when it restarts serving nothing through DRA", func() {

@@ -121,10 +121,17 @@ func (w *writeCounter) leases() int {
 	return w.counts["leases"]
 }
 
+// slices is the number of writes to ResourceSlices so far.
+func (w *writeCounter) slices() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts["resourceslices"]
+}
+
 // resourceOfPath returns the resource of an API path: the segment after the namespace (or after
 // the group version, for cluster-scoped objects).
 func resourceOfPath(path string) string {
-	for _, r := range []string{"nodedevices", "deviceallocations", "leases", "events"} {
+	for _, r := range []string{"nodedevices", "deviceallocations", "leases", "events", "resourceslices"} {
 		if strings.Contains(path, "/"+r) {
 			return r
 		}
