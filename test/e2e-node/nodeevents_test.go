@@ -338,7 +338,7 @@ func nodeEventSpec(ctx context.Context, p lifePath, ns, event string, apply func
 // startAfter runs a new device pod after an event and returns how it went; on kubedevice's paths
 // it must run with the free gopher.
 func startAfter(ctx context.Context, p lifePath, ns, event string) string {
-	name := "after-" + strings.NewReplacer(" ", "-", ",", "").Replace(event)
+	name := "after-" + slug(event)
 	created := time.Now()
 	createPod(ctx, MakePod(name, ns).Limits(gopherResource, 1).Obj())
 	defer deletePod(ctx, ns, name)
@@ -352,6 +352,13 @@ func startAfter(ctx context.Context, p lifePath, ns, event string) string {
 		return fmt.Sprintf("a new device pod ran in %s", time.Since(created).Round(100*time.Millisecond))
 	}
 	return "a new device pod: " + text
+}
+
+// slug makes a name of an event's: lower-case letters and digits, dashes between words.
+func slug(event string) string {
+	return strings.Join(strings.FieldsFunc(strings.ToLower(event), func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9')
+	}), "-")
 }
 
 // runningOrFailed waits until the pod runs (true) or has failed or the timeout passed (false,
