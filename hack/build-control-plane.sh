@@ -2,6 +2,9 @@
 # Builds the test control plane (etcd, kube-apiserver, kube-scheduler and, on request, the node
 # components) from the Go module proxy into bin/k8s. Nothing is downloaded from release pages: the
 # binaries are compiled from the same modules the Kubernetes release is made of.
+# The Makefile also runs it with KUBE_VERSION set to the oldest supported release and K8S_BIN_DIR
+# bin/k8s-<minor>, for kube-apiserver alone (make envtest-assets-compat): each version has a
+# module of its own in bin/.k8s-build, so the two builds never undo each other's.
 #
 # Usage: hack/build-control-plane.sh [component ...]
 #   components: etcd kube-apiserver kube-scheduler (default), kubelet kube-controller-manager kubectl
@@ -116,8 +119,14 @@ import (
 GO
 }
 
+# kube_module_dir is the throw-away module of KUBE_VERSION.
+kube_module_dir() {
+  echo "${WORK_DIR}/kubernetes-${KUBE_VERSION}"
+}
+
 prepare_kube_module() {
-  local dir="${WORK_DIR}/kubernetes"
+  local dir
+  dir=$(kube_module_dir)
   # Ready when it was prepared for this version with the same imports (a module prepared before a
   # component was added lacks that component's go.sum entries and is prepared again).
   if [ -f "${dir}/.ready-${KUBE_VERSION}" ] && [ "$(cat "${dir}/tools.go" 2>/dev/null)" = "$(kube_tools_go)" ]; then
@@ -161,7 +170,7 @@ build_kube() {
   log "building ${c} ${KUBE_VERSION} (a few minutes cold on 2 cores)"
   local t0
   t0=$(date +%s)
-  (cd "${WORK_DIR}/kubernetes" && go build -trimpath -ldflags "${ldflags}" -o "${K8S_BIN_DIR}/${c}" "k8s.io/kubernetes/cmd/${c}")
+  (cd "$(kube_module_dir)" && go build -trimpath -ldflags "${ldflags}" -o "${K8S_BIN_DIR}/${c}" "k8s.io/kubernetes/cmd/${c}")
   record "${c}"
   log "${c} done in $(($(date +%s) - t0))s"
 }

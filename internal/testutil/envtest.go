@@ -23,7 +23,9 @@ import (
 	goruntime "runtime"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -49,15 +51,24 @@ func Scheme() *runtime.Scheme {
 
 // NewEnvironment returns an envtest environment that runs the real kube-apiserver and etcd built
 // by hack/build-control-plane.sh and installs the kubedevice CRDs. KUBEBUILDER_ASSETS must point
-// at the binaries (the Makefile exports it); the error says how to build them otherwise.
+// at the binaries (the Makefile exports it); the error says how to build them otherwise. As in
+// envtest, TEST_ASSET_ETCD and TEST_ASSET_KUBE_APISERVER name one binary elsewhere: make
+// test-compat runs the oldest supported kube-apiserver (bin/k8s-<minor>) with bin/k8s's etcd.
 func NewEnvironment() (*envtest.Environment, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		assets = filepath.Join(RepoRoot(), "bin", "k8s")
 	}
-	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
-			return nil, fmt.Errorf("finding the test control plane in %s (run `make envtest-assets`): %w", assets, err)
+	for _, b := range []struct{ name, override string }{
+		{"etcd", "TEST_ASSET_ETCD"},
+		{"kube-apiserver", "TEST_ASSET_KUBE_APISERVER"},
+	} {
+		path := filepath.Join(assets, b.name)
+		if p, ok := os.LookupEnv(b.override); ok {
+			path = p
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("finding the test control plane's %s (run `make envtest-assets`): %w", b.name, err)
 		}
 	}
 	return &envtest.Environment{
@@ -66,4 +77,30 @@ func NewEnvironment() (*envtest.Environment, error) {
 		BinaryAssetsDirectory: assets,
 		Scheme:                Scheme(),
 	}, nil
+}
+
+// KubeVersionEnv names the environment variable that holds the kube-apiserver version a suite must
+// run against (the Makefile sets it: KUBE_VERSION, or KUBE_COMPAT_VERSION for make test-compat).
+const KubeVersionEnv = "KUBEDEVICE_TEST_KUBE_VERSION"
+
+// CheckServerVersion returns an error when $KUBEDEVICE_TEST_KUBE_VERSION is set and the API server
+// at cfg reports another version, so that a suite run against the wrong binaries fails rather than
+// passing for a version it never saw.
+func CheckServerVersion(cfg *rest.Config) error {
+	want := os.Getenv(KubeVersionEnv)
+	if want == "" {
+		return nil
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("asking the test API server its version: %w", err)
+	}
+	if info.GitVersion != want {
+		return fmt.Errorf("the test API server is kube-apiserver %s, want %s (%s)", info.GitVersion, want, KubeVersionEnv)
+	}
+	return nil
 }

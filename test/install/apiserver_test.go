@@ -85,6 +85,9 @@ func startAPIServer(t *testing.T) *rest.Config {
 			return
 		}
 		apiServer.env, apiServer.cfg = env, cfg
+		if apiServer.err = testutil.CheckServerVersion(cfg); apiServer.err != nil {
+			return
+		}
 		if apiServer.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 			apiServer.err = err
 			return
