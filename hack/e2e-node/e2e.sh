@@ -71,6 +71,10 @@ step install "${ROOT}/hack/e2e-node/install.sh"
 version_ldflags=$("${ROOT}/hack/version.sh")
 step build-binaries env CGO_ENABLED=0 go -C "${ROOT}" build -trimpath -ldflags "-s -w ${version_ldflags}" -o "${OUT_DIR}/image-bin/" \
   ./cmd/kubedevice-agent ./cmd/kubedevice-controller ./cmd/gopher-device-plugin ./cmd/kubedevice
+# The previous release, which the upgrade suite installs and upgrades from: built and rendered here
+# for the same reason (kept per commit in bin/e2e-node/previous); the suite runs previous.sh again,
+# which then only imports its image.
+step previous "${ROOT}/hack/e2e-node/previous.sh" --no-image
 # A cluster left behind by an interrupted run is taken down first.
 step down-stale "${ROOT}/hack/e2e-node/down.sh"
 step up "${ROOT}/hack/e2e-node/up.sh"
