@@ -14,17 +14,18 @@
 # Everything but the image is kept per commit: a second run only rebuilds the image (a second).
 #
 # Usage: hack/e2e-node/previous.sh [--no-image]
-# Environment: PREVIOUS_COMMIT, PREVIOUS_IMAGE override the pinned commit and the image.
+# Environment: PREVIOUS_COMMIT and PREVIOUS_VERSION override the pin, PREVIOUS_IMAGE the image.
 # Needs the commit in this clone: a shallow clone lacks it (git fetch --unshallow).
 set -euo pipefail
 
 # shellcheck source=hack/e2e-node/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-pinned_commit=${PREVIOUS_COMMIT:-}
+given_commit=${PREVIOUS_COMMIT:-} given_version=${PREVIOUS_VERSION:-}
 # shellcheck source=hack/e2e-node/previous-release
 source "${ROOT}/hack/e2e-node/previous-release"
-PREVIOUS_COMMIT=${pinned_commit:-${PREVIOUS_COMMIT}}
+PREVIOUS_COMMIT=${given_commit:-${PREVIOUS_COMMIT}}
+PREVIOUS_VERSION=${given_version:-${PREVIOUS_VERSION}}
 PREVIOUS_IMAGE=${PREVIOUS_IMAGE:-docker.io/local/kubedevice:previous}
 OUT=${OUT_DIR}/previous
 
