@@ -88,6 +88,11 @@ build() {
 }
 
 [ -x "${K8S_BIN}/kubectl" ] || die "missing ${K8S_BIN}/kubectl: run hack/e2e-node/install.sh first"
+if ! [[ "${PREVIOUS_COMMIT}" =~ ^[0-9a-f]{40}$ ]]; then
+  # A short or symbolic $PREVIOUS_COMMIT: the full commit, which the cache and the suite go by.
+  need_commit
+  PREVIOUS_COMMIT=$(git -C "${ROOT}" rev-parse --verify "${PREVIOUS_COMMIT}^{commit}")
+fi
 if [ "$(cat "${OUT}/commit" 2>/dev/null)" = "${PREVIOUS_COMMIT}" ]; then
   log "the previous release ${PREVIOUS_VERSION} (${PREVIOUS_COMMIT:0:12}) is built in ${OUT}"
 else
