@@ -325,6 +325,9 @@ var _ = Describe("kubedevice on the real node", func() {
 
 	describeDRA()
 
+	// The previous release upgraded to this tree and rolled back (upgrade_test.go).
+	describeUpgrade()
+
 	// Last: the kubelet keeps the gopher it managed listed (unhealthy, then at 0) after the plugin
 	// is gone, which the installs above must not meet (observe_test.go).
 	describeObserveMode()
