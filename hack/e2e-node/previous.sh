@@ -2,7 +2,6 @@
 # Builds the previous release of kubedevice (hack/e2e-node/previous-release: a commit of main in
 # this clone) for the upgrade suite (test/e2e-node/upgrade_test.go), into bin/e2e-node/previous/:
 #
-#   src/                 the commit's tree (git archive)
 #   bin/                 its static binaries (CGO_ENABLED=0, as the e2e image's)
 #   kubedevice.yaml      its overlays/kubedevice (config/default) with the image below
 #   kubedevice-dra.yaml  its overlays/kubedevice-dra, the same way (when the commit has one)
@@ -83,6 +82,9 @@ build() {
     render kubedevice-dra
   fi
   cp -a "${NEW}/src/charts/kubedevice" "${NEW}/chart"
+  # The tree (git archive, in src/) is a Go module of the same path nested in this one: not kept,
+  # so nothing that walks bin/ meets a second copy of the sources.
+  rm -rf "${NEW}/src" "${NEW}/overlays"
   echo "${PREVIOUS_COMMIT}" >"${NEW}/commit"
   log "built the previous release in $(($(date +%s) - t0))s"
 }
