@@ -196,7 +196,10 @@ func describeUpgradePath(path upgradePath, args ...any) {
 		BeforeAll(func(ctx context.Context) {
 			buildImage(ctx)
 			buildPrevious(ctx)
-			setUp(ctx, label+"previous release ", path.install)
+			setUp(ctx, label+"previous release ", func(ctx context.Context) {
+				alignBootID()
+				path.install(ctx)
+			})
 			ns = newNamespace(ctx)
 		}, NodeTimeout(20*time.Minute))
 		AfterEach(func(ctx context.Context) {
@@ -298,6 +301,27 @@ func servesTwoGophers(ctx context.Context, path upgradePath) {
 		expectNodeGophers(ctx, 2)
 	}
 	recordTiming("upgrade, "+path.name+": 1. previous release: Gopher plugin applied -> two gophers offered", time.Since(start))
+}
+
+// alignBootID makes the boot ID the e2e node keeps for its agent, where it keeps one, the
+// kernel's again. An e2e agent that reads its boot ID from that file (--boot-id-path in
+// overlays/kubedevice, which a simulated power-on rewrites: hack/e2e-node/node-event.sh) and a
+// previous release that reads the kernel's would otherwise disagree, and the upgrade and the
+// rollback would look like reboots to the agent. Run with no agent on the node, before the
+// previous release is installed.
+func alignBootID() {
+	file := filepath.Join(envOr("E2E_NODE_DIR", "/var/lib/kubedevice-e2e"), "boot", "boot_id")
+	kept, err := os.ReadFile(file)
+	if os.IsNotExist(err) {
+		return
+	}
+	Expect(err).NotTo(HaveOccurred())
+	kernel, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	Expect(err).NotTo(HaveOccurred())
+	if strings.TrimSpace(string(kept)) != strings.TrimSpace(string(kernel)) {
+		GinkgoWriter.Printf("the e2e node's boot ID in %s is the kernel's again (%s)\n", file, strings.TrimSpace(string(kernel)))
+		Expect(os.WriteFile(file, kernel, 0o644)).To(Succeed())
+	}
 }
 
 // release is what runs: the agent's and the controller's image, and the version and commit the
