@@ -263,11 +263,11 @@ func transition(ctx context.Context, path upgradePath, label, ns string, change 
 	ready := time.Since(start)
 	expectConverged(ctx, path, pods...)
 	converged := time.Since(start)
+	recordTiming(label+" applied -> agent and controller of "+want.version+" Ready", ready)
+	recordTiming(label+" applied -> DeviceAllocations and NodeDevices converged", converged)
 	// A little longer, for what happens once everything looks settled.
 	Consistently(ctx, w.violations, 3*time.Second, watchdogPeriod).Should(BeEmpty(), "what the watchdog saw during the %s", label)
 	violations, samples := w.stop()
-	recordTiming(label+" applied -> agent and controller of "+want.version+" Ready", ready)
-	recordTiming(label+" applied -> DeviceAllocations and NodeDevices converged", converged)
 	GinkgoWriter.Printf("%s: the watchdog took %d samples in %s\n", label, samples, time.Since(start).Round(time.Millisecond))
 	Expect(violations).To(BeEmpty(), "what the watchdog saw during the %s", label)
 	Expect(samples).To(BeNumerically(">=", 5), "the watchdog could hardly sample the cluster")

@@ -324,7 +324,7 @@ type watchdog struct {
 	lastFailed error
 }
 
-// startWatchdog starts sampling; stop ends it (also when the spec ends).
+// startWatchdog starts sampling; stop ends it.
 func startWatchdog(ctx context.Context, ns string, dra bool, pods []held) *watchdog {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &watchdog{ns: ns, dra: dra, held: pods, start: time.Now(), stopC: cancel, done: make(chan struct{}), seen: map[string]bool{}}
@@ -342,7 +342,13 @@ func startWatchdog(ctx context.Context, ns string, dra bool, pods []held) *watch
 			}
 		}
 	}()
-	DeferCleanup(func() { w.stop() })
+	// Stopped at the latest when the spec ends; what it saw is printed when the spec failed before
+	// it was looked at (a rollout that never became Ready, say).
+	DeferCleanup(func() {
+		if seen, _ := w.stop(); CurrentSpecReport().Failed() && len(seen) > 0 {
+			GinkgoWriter.Printf("the watchdog saw:\n  %s\n", strings.Join(seen, "\n  "))
+		}
+	})
 	return w
 }
 
