@@ -468,15 +468,9 @@ func agentMetrics(ctx context.Context, pod *corev1.Pod) (string, error) {
 
 // gopherNodeDevice returns the node's NodeDevice of example.com/gopher.
 func gopherNodeDevice(ctx context.Context) (*kdv1alpha1.NodeDevice, error) {
-	list := &kdv1alpha1.NodeDeviceList{}
-	if err := kd.List(ctx, list, client.MatchingLabels{"kubedevice.io/node": node.Name}); err != nil {
+	found, err := gopherNodeDevices(ctx)
+	if err != nil {
 		return nil, err
-	}
-	var found []kdv1alpha1.NodeDevice
-	for _, nd := range list.Items {
-		if nd.Spec.NodeName == node.Name && nd.Spec.ResourceName == gopherResource {
-			found = append(found, nd)
-		}
 	}
 	if len(found) != 1 {
 		return nil, fmt.Errorf("%d NodeDevices of %s on node %s", len(found), gopherResource, node.Name)
