@@ -17,7 +17,14 @@ COPY cmd/ cmd/
 COPY config/ config/
 COPY internal/ internal/
 COPY pkg/ pkg/
-RUN mkdir -p /out && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/...
+# The version is the chart's appVersion, as `make image` gives it (hack/version.sh); the build
+# context has no .git, so the commit is what --build-arg GIT_COMMIT=$(git rev-parse --short=12 HEAD)
+# says, else "unknown".
+ARG GIT_COMMIT=""
+COPY hack/version.sh hack/
+COPY charts/kubedevice/Chart.yaml charts/kubedevice/
+RUN mkdir -p /out && CGO_ENABLED=0 GOFLAGS=-buildvcs=false GIT_COMMIT="${GIT_COMMIT}" \
+  go build -trimpath -ldflags "-s -w $(hack/version.sh)" -o /out/ ./cmd/...
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/

@@ -35,10 +35,18 @@ GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 HELM ?= $(LOCALBIN)/helm
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 
+## The version: the chart's appVersion (charts/kubedevice/Chart.yaml), which is the image's tag and
+## what config/default deploys, and what every binary says (`kubedevice version`, --version,
+## kubedevice_build_info), with the git commit, through the linker flags hack/version.sh prints
+## (internal/version). CHANGELOG.md says what each version changed.
+VERSION ?= $(shell hack/version.sh --version)
+# GIT_COMMIT: empty means the clone's HEAD (with -dirty for a modified tree).
+GIT_COMMIT ?=
+VERSION_LDFLAGS = $(shell VERSION='$(VERSION)' GIT_COMMIT='$(GIT_COMMIT)' hack/version.sh)
+
 ## The image: every binary in /usr/local/bin, as an OCI archive that containerd imports without a
-## registry (`make image`). The tag is the chart's appVersion, which config/default also deploys.
+## registry (`make image`). The tag is the version.
 IMAGE_REPOSITORY ?= docker.io/local/kubedevice
-VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/kubedevice/Chart.yaml)
 IMAGE ?= $(IMAGE_REPOSITORY):$(VERSION)
 IMAGE_TAR ?= $(LOCALBIN)/kubedevice-image.tar
 IMAGE_ARCH ?= $(shell go env GOARCH)
@@ -163,7 +171,7 @@ PLUGIN_TEST_BIN ?= $(LOCALBIN)/plugin-test
 plugin-test-kubelet-stub: ## Build the kubelet's own stub device plugin (test/kubeletstub) and run `kubedevice plugin test` on it (JUnit in bin/plugin-test/).
 	@mkdir -p $(PLUGIN_TEST_BIN)
 	cd test/kubeletstub && go build -o $(PLUGIN_TEST_BIN)/kubeletstub .
-	go build -o $(PLUGIN_TEST_BIN)/kubedevice ./cmd/kubedevice
+	go build -ldflags "$(VERSION_LDFLAGS)" -o $(PLUGIN_TEST_BIN)/kubedevice ./cmd/kubedevice
 	$(PLUGIN_TEST_BIN)/kubedevice plugin test --junit $(PLUGIN_TEST_BIN)/kubelet-stub.xml \
 		--health-change-cmd 'kill -USR1 "$$KUBEDEVICE_PLUGIN_PID"' -- $(PLUGIN_TEST_BIN)/kubeletstub --plugin-dir={plugin-dir}
 
@@ -235,9 +243,14 @@ e2e-node-down: ## Stop the real-node cluster and restore the host (safe to run t
 ##@ Build
 
 .PHONY: build
-build: ## Build the binaries into bin/.
+build: ## Build the binaries into bin/, with the version and commit (bin/kubedevice version).
 	@mkdir -p $(LOCALBIN)
-	@for b in $(BINARIES); do echo "go build -o bin/$$b ./cmd/$$b"; CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/$$b ./cmd/$$b; done
+	@ldflags="$(VERSION_LDFLAGS)"; for b in $(BINARIES); do echo "go build -o bin/$$b ./cmd/$$b"; \
+		CGO_ENABLED=0 go build -trimpath -ldflags "$$ldflags" -o $(LOCALBIN)/$$b ./cmd/$$b; done
+
+.PHONY: version
+version: ## Print the version the build gives the binaries, the image and the chart (the chart's appVersion).
+	@echo $(VERSION)
 
 # A device plugin author's plugin: its command line, with {plugin-dir} where the plugin directory goes
 # (see README, "For device plugin authors"); HEALTH_CHANGE is a shell command that flips a device's
@@ -253,7 +266,7 @@ demo: envtest-assets build ## Run the demo: a local cluster with the agent, cont
 plugin-test: ## Check the device plugin PLUGIN='cmd --plugin-dir={plugin-dir}' (HEALTH_CHANGE='shell command' optional): a conformance report, JUnit in bin/plugin-test/report.xml.
 	@[ -n "$(PLUGIN)" ] || { echo "make plugin-test needs PLUGIN='<your plugin's command line, with {plugin-dir}>'"; exit 1; }
 	@mkdir -p $(PLUGIN_TEST_BIN)
-	go build -o $(PLUGIN_TEST_BIN)/kubedevice ./cmd/kubedevice
+	go build -ldflags "$(VERSION_LDFLAGS)" -o $(PLUGIN_TEST_BIN)/kubedevice ./cmd/kubedevice
 	$(PLUGIN_TEST_BIN)/kubedevice plugin test --junit $(PLUGIN_TEST_BIN)/report.xml $(if $(HEALTH_CHANGE),--health-change-cmd '$(HEALTH_CHANGE)') -- $(PLUGIN)
 
 IMAGE_BIN_DIR := $(LOCALBIN)/image
@@ -262,8 +275,8 @@ IMAGE_BIN_DIR := $(LOCALBIN)/image
 image: ## Write the image as an OCI archive, bin/kubedevice-image.tar, without Docker (import: ctr -n k8s.io images import --all-platforms).
 	@[ -x "$(BUSYBOX)" ] || { echo "make image needs a static busybox at $(BUSYBOX) (Debian: apt-get install busybox-static), or BUSYBOX=<path>"; exit 1; }
 	@mkdir -p $(IMAGE_BIN_DIR)
-	@for b in $(BINARIES); do echo "go build -o $(IMAGE_BIN_DIR)/$$b ./cmd/$$b"; \
-		CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o $(IMAGE_BIN_DIR)/$$b ./cmd/$$b; done
+	@ldflags="-s -w $(VERSION_LDFLAGS)"; for b in $(BINARIES); do echo "go build -o $(IMAGE_BIN_DIR)/$$b ./cmd/$$b"; \
+		CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "$$ldflags" -o $(IMAGE_BIN_DIR)/$$b ./cmd/$$b; done
 	CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags "-s -w" -o $(IMAGE_BIN_DIR)/pause ./hack/e2e-node/pause
 	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/mkimage ./hack/e2e-node/mkimage
 	$(LOCALBIN)/mkimage -o $(IMAGE_TAR) -name $(IMAGE) -arch $(IMAGE_ARCH) -busybox $(BUSYBOX) -pause $(IMAGE_BIN_DIR)/pause \

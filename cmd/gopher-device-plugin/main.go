@@ -33,6 +33,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/kubedevice/kubedevice/internal/gopher"
+	"github.com/kubedevice/kubedevice/internal/version"
 	"github.com/kubedevice/kubedevice/pkg/deviceplugin"
 )
 
@@ -66,6 +67,7 @@ func run() error {
 	var (
 		opts         gopher.Options
 		registration string
+		showVersion  bool
 		logConfig    = textlogger.NewConfig()
 	)
 	fs := flag.NewFlagSet("gopher-device-plugin", flag.ContinueOnError)
@@ -90,6 +92,7 @@ func run() error {
 		"File name of the plugin's socket.")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", gopher.DefaultResyncPeriod,
 		"How often to rescan --gophers-dir besides reacting to its changes.")
+	fs.BoolVar(&showVersion, "version", false, "Print the version (kubedevice's release and git commit) and exit.")
 	logConfig.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -99,6 +102,10 @@ func run() error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if showVersion {
+		_, err := fmt.Println("gopher-device-plugin", version.Get())
+		return err
 	}
 	opts.Registration = deviceplugin.RegistrationMode(registration)
 

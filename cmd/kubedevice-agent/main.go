@@ -53,6 +53,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/nodeagent/podresources"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
+	"github.com/kubedevice/kubedevice/internal/version"
 )
 
 // Client rate limits: the agent writes nothing in steady state but its Lease; a plugin registering
@@ -82,6 +83,8 @@ type settings struct {
 	probeAddr     string
 	pprofAddr     string
 	zap           zap.Options
+	// showVersion: print the version and exit (--version).
+	showVersion bool
 }
 
 func run() error {
@@ -89,14 +92,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	logger := setLogger(&s.zap, os.Stderr)
-
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering the built-in types: %w", err)
+	if s.showVersion {
+		_, err := fmt.Println("kubedevice-agent", version.Get())
+		return err
 	}
-	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering the kubedevice.io types: %w", err)
+	logger := setLogger(&s.zap, os.Stderr)
+	metrics.Registry.MustRegister(version.NewCollector())
+
+	scheme, err := newScheme()
+	if err != nil {
+		return err
 	}
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -138,7 +143,8 @@ func run() error {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 
-	logger.WithName("setup").Info("Starting the agent", "mode", s.opts.Mode, "node", s.opts.NodeName, "namespace", s.opts.Namespace,
+	info := version.Get()
+	logger.WithName("setup").Info("Starting the agent", "version", info.Version, "commit", info.Commit, "mode", s.opts.Mode, "node", s.opts.NodeName, "namespace", s.opts.Namespace,
 		"pluginDir", s.core.PluginDir, "pluginsRegistryDir", s.core.PluginsRegistryDir,
 		"topologyPolicy", s.core.TopologyPolicy, "topologyScope", s.core.TopologyScope,
 		"topologyPolicyOptions", s.core.TopologyPolicyOptions,
@@ -227,10 +233,15 @@ func parseFlags() (*settings, error) {
 	if f := flag.Lookup("kubeconfig"); f != nil {
 		f.Usage = "Path to a kubeconfig. Empty: $KUBECONFIG if set, else the in-cluster configuration (the DaemonSet's service account)."
 	}
+	flag.BoolVar(&s.showVersion, "version", false,
+		"Print the version (the release and the git commit it was built from) and exit.")
 	s.zap.BindFlags(flag.CommandLine)
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if s.showVersion {
+		return s, nil
 	}
 
 	var err error
@@ -298,4 +309,16 @@ func setLogger(opts *zap.Options, w io.Writer) logr.Logger {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 	return logger
+}
+
+// newScheme registers the built-in types and kubedevice.io's.
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("registering the built-in types: %w", err)
+	}
+	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("registering the kubedevice.io types: %w", err)
+	}
+	return scheme, nil
 }

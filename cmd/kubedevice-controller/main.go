@@ -31,11 +31,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/metricsserving"
+	"github.com/kubedevice/kubedevice/internal/version"
 )
 
 // The client rate limits by default: controller-runtime's, which the controller has always used.
@@ -67,6 +69,7 @@ func run() error {
 		kubeAPIQPS    float64
 		kubeAPIBurst  int
 		opts          controller.Options
+		showVersion   bool
 		zapOpts       = zap.Options{}
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
@@ -91,10 +94,17 @@ func run() error {
 		"Requests the controller may send to the API server in a burst above --kube-api-qps.")
 	flag.IntVar(&opts.Workers, "workers", controller.DefaultWorkers,
 		"How many objects each reconciler (node capacity, NodeDevice, DeviceAllocation) works on at once; with one, writes go one API round trip after another whatever --kube-api-qps allows.")
+	flag.BoolVar(&showVersion, "version", false,
+		"Print the version (the release and the git commit it was built from) and exit.")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	info := version.Get()
+	if showVersion {
+		_, err := fmt.Println("kubedevice-controller", info)
+		return err
 	}
 	if kubeAPIQPS <= 0 || kubeAPIBurst <= 0 {
 		return fmt.Errorf("--kube-api-qps (%g) and --kube-api-burst (%d) must be positive", kubeAPIQPS, kubeAPIBurst)
@@ -104,12 +114,9 @@ func run() error {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering the built-in types: %w", err)
-	}
-	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering the kubedevice.io types: %w", err)
+	scheme, err := newScheme()
+	if err != nil {
+		return err
 	}
 
 	cfg, err := ctrl.GetConfig()
@@ -144,11 +151,24 @@ func run() error {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 
-	ctrl.Log.WithName("setup").Info("Starting the manager",
+	metrics.Registry.MustRegister(version.NewCollector())
+	ctrl.Log.WithName("setup").Info("Starting the manager", "version", info.Version, "commit", info.Commit,
 		"agentNamespace", opts.AgentNamespace, "agentLeaseDuration", opts.AgentLeaseDuration, "leaderElect", leaderElect,
 		"kubeAPIQPS", kubeAPIQPS, "kubeAPIBurst", kubeAPIBurst, "workers", opts.Workers)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// newScheme registers the built-in types and kubedevice.io's.
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("registering the built-in types: %w", err)
+	}
+	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("registering the kubedevice.io types: %w", err)
+	}
+	return scheme, nil
 }

@@ -17,8 +17,9 @@ limitations under the License.
 // Command kubedevice is kubedevice's command-line tool: `kubedevice dev` runs a local cluster with
 // the agent, the controller and the Gopher device plugin and shows them at work; `kubedevice
 // status` summarizes the devices of a cluster's nodes and who holds them; `kubedevice cleanup`
-// removes what kubedevice leaves in a cluster after an uninstall. It parses flags and wires; the
-// work is in internal/devenv, internal/status and internal/cleanup.
+// removes what kubedevice leaves in a cluster after an uninstall; `kubedevice version` says which
+// release it is. It parses flags and wires; the work is in internal/devenv, internal/status,
+// internal/cleanup and internal/version.
 package main
 
 import (
@@ -42,6 +43,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/devenv"
 	"github.com/kubedevice/kubedevice/internal/status"
+	"github.com/kubedevice/kubedevice/internal/version"
 )
 
 const (
@@ -70,7 +72,10 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newDevCommand(), newStatusCommand(), newCleanupCommand(), newPluginCommand())
+	// --version prints what `kubedevice version` prints.
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("kubedevice {{.Version}}\n")
+	root.AddCommand(newDevCommand(), newStatusCommand(), newCleanupCommand(), newPluginCommand(), newVersionCommand())
 	return root
 }
 

@@ -66,10 +66,15 @@ trap 'status=130; exit 130' INT TERM
 
 step install "${ROOT}/hack/e2e-node/install.sh"
 # The suite builds the image's static binaries inside its first spec, under that spec's timeout;
-# built here first (same flags, same output), the suite's build is a cache hit, so a cold build
-# cache on a busy machine costs time, not a spec timeout.
-step build-binaries env CGO_ENABLED=0 go -C "${ROOT}" build -trimpath -ldflags "-s -w" -o "${OUT_DIR}/image-bin/" \
+# built here first (same flags, version stamp included, same output), the suite's build is a cache
+# hit, so a cold build cache on a busy machine costs time, not a spec timeout.
+version_ldflags=$("${ROOT}/hack/version.sh")
+step build-binaries env CGO_ENABLED=0 go -C "${ROOT}" build -trimpath -ldflags "-s -w ${version_ldflags}" -o "${OUT_DIR}/image-bin/" \
   ./cmd/kubedevice-agent ./cmd/kubedevice-controller ./cmd/gopher-device-plugin ./cmd/kubedevice
+# The previous release, which the upgrade suite installs and upgrades from: built and rendered here
+# for the same reason (kept per commit in bin/e2e-node/previous); the suite runs previous.sh again,
+# which then only imports its image.
+step previous "${ROOT}/hack/e2e-node/previous.sh" --no-image
 # A cluster left behind by an interrupted run is taken down first.
 step down-stale "${ROOT}/hack/e2e-node/down.sh"
 step up "${ROOT}/hack/e2e-node/up.sh"

@@ -7,7 +7,7 @@
 #              E2E_IMAGE_BINARIES  space-separated binaries, used when none are given as arguments
 #                                  (so `E2E_IMAGE_BINARIES="bin/kubedevice-agent ..." up.sh` works)
 # The binaries of the previous build are kept when none are given, so a later `up.sh` re-imports the
-# same image. Binaries must be static (CGO_ENABLED=0, as `make build` builds them).
+# same image; each image remembers its own (another image does not change the e2e image's). Binaries must be static (CGO_ENABLED=0, as `make build` builds them).
 set -euo pipefail
 
 # shellcheck source=hack/e2e-node/lib.sh
@@ -16,7 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 { [ -x "${NODE_BIN}/mkimage" ] && [ -x "${NODE_BIN}/pause" ]; } || die "run hack/e2e-node/install.sh first"
 mkdir -p "${WORK}"
 
-bins_file=${WORK}/image.binaries
+bins_file=${IMAGE_FILES}.binaries
 if [ $# -eq 0 ] && [ -n "${E2E_IMAGE_BINARIES:-}" ]; then
   # shellcheck disable=SC2086 # a list of paths
   set -- ${E2E_IMAGE_BINARIES}
@@ -53,6 +53,8 @@ if [ -S "${CONTAINERD_SOCK}" ] && ctr version >/dev/null 2>&1; then
     ctr images ls "name==${IMAGE}" 2>/dev/null | awk 'NR > 1 {print $3}' | grep -qx "${digest}" ||
       die "containerd does not list ${IMAGE}@${digest} after the import"
   fi
-else
+elif [ "${IMAGE}" = "${DEFAULT_IMAGE}" ]; then
   log "containerd is not running: the image is imported by up.sh"
+else
+  log "containerd is not running: ${IMAGE} is not imported (run this again once the cluster is up)"
 fi

@@ -36,8 +36,15 @@ SERVICE_IP=10.96.0.1
 NAT_CHAIN=KUBEDEVICE-E2E-APISERVER
 
 NODE_NAME=${NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}
-IMAGE=${E2E_IMAGE:-docker.io/local/kubedevice:e2e}
-IMAGE_TAR=${WORK}/image.tar
+DEFAULT_IMAGE=docker.io/local/kubedevice:e2e
+IMAGE=${E2E_IMAGE:-${DEFAULT_IMAGE}}
+# Each image has an archive of its own (and image.sh remembers each one's binaries): image.tar
+# for the e2e image, image-<name>.tar for another (the previous release's, hack/e2e-node/previous.sh).
+IMAGE_FILES=${WORK}/image
+if [ "${IMAGE}" != "${DEFAULT_IMAGE}" ]; then
+  IMAGE_FILES=${WORK}/image-$(echo "${IMAGE##*/}" | tr -c 'A-Za-z0-9._\n-' '_')
+fi
+IMAGE_TAR=${IMAGE_FILES}.tar
 APISERVER=https://127.0.0.1:6443
 # Host directories the cluster creates outside its own directories when they are missing. up.sh
 # records which existed; down.sh removes the others: HOST_DIRS_OWNED with their contents (only the

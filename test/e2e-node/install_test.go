@@ -22,6 +22,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/version"
 )
 
 // How kubedevice and the Gopher plugin are installed on the e2e node (hack/e2e-node/overlays, the
@@ -82,11 +84,16 @@ func overlay(name string) string {
 	return filepath.Join(repoRoot, "hack", "e2e-node", "overlays", name)
 }
 
-// imageBuilt is set once the kubedevice binaries are in the node's image.
-var imageBuilt bool
+var (
+	// imageBuilt is set once the kubedevice binaries are in the node's image.
+	imageBuilt bool
+	// built is the version and commit the image's binaries say (kubedevice version), once built.
+	built version.Info
+)
 
 // buildImage builds the static binaries the manifests run (CGO_ENABLED=0) into
-// bin/e2e-node/image-bin and has hack/e2e-node/image.sh put them into the node's image
+// bin/e2e-node/image-bin, stamped with the version and commit as every build path stamps them
+// (hack/version.sh), and has hack/e2e-node/image.sh put them into the node's image
 // (docker.io/local/kubedevice:e2e, imported into containerd; also the sandbox image). Once per
 // run: a re-run of the suite against a running cluster picks up changed code.
 func buildImage(ctx context.Context) {
@@ -96,7 +103,10 @@ func buildImage(ctx context.Context) {
 	start := time.Now()
 	dir := imageBin("")
 	Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
-	args := []string{"build", "-trimpath", "-ldflags", "-s -w", "-o", dir + string(filepath.Separator)}
+	ldflags, err := run(ctx, nil, filepath.Join(repoRoot, "hack", "version.sh"))
+	Expect(err).NotTo(HaveOccurred())
+	// As hack/e2e-node/e2e.sh builds them before the suite, so that this build is a cache hit.
+	args := []string{"build", "-trimpath", "-ldflags", "-s -w " + strings.TrimSpace(ldflags), "-o", dir + string(filepath.Separator)}
 	var bins []string
 	for _, b := range imageBinaries {
 		args = append(args, "./cmd/"+b)
@@ -107,15 +117,19 @@ func buildImage(ctx context.Context) {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "go %s:\n%s", strings.Join(args, " "), out)
-	built := time.Since(start)
+	took := time.Since(start)
+	out, err = exec.CommandContext(ctx, imageBin("kubedevice"), "version", "-o", "json").Output()
+	Expect(err).NotTo(HaveOccurred(), "kubedevice version")
+	Expect(json.Unmarshal(out, &built)).To(Succeed())
+	GinkgoWriter.Printf("built kubedevice %s\n", built)
 
 	imp := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "e2e-node", "image.sh"), bins...)
 	imp.Env = append(os.Environ(), "E2E_IMAGE="+image)
 	out, err = imp.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "hack/e2e-node/image.sh:\n%s", out)
 	GinkgoWriter.Printf("%s", out)
-	recordTiming("build the binaries (go build, CGO_ENABLED=0)", built)
-	recordTiming("build the image and import it into containerd", time.Since(start)-built)
+	recordTiming("build the binaries (go build, CGO_ENABLED=0)", took)
+	recordTiming("build the image and import it into containerd", time.Since(start)-took)
 	imageBuilt = true
 }
 
@@ -194,15 +208,20 @@ func installWithKustomize(ctx context.Context) {
 
 // installWithHelm installs the chart with the suite's image, never pulled.
 func installWithHelm(ctx context.Context) {
-	repo, tag, ok := strings.Cut(image, ":")
-	Expect(ok).To(BeTrue(), "image %q has no tag", image)
-	out, err := helm(ctx, "install", helmRelease, filepath.Join(repoRoot, "charts", "kubedevice"),
-		"--namespace", kubedeviceNamespace, "--create-namespace",
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-		// agentMetrics goes through the API server's pod proxy, which sends no credentials.
-		"--set", "metrics.secure=false")
+	out, err := helm(ctx, append([]string{"install", helmRelease, filepath.Join(repoRoot, "charts", "kubedevice"),
+		"--namespace", kubedeviceNamespace, "--create-namespace"}, helmValues(image)...)...)
 	Expect(err).NotTo(HaveOccurred())
 	GinkgoWriter.Printf("helm install:\n%s", out)
+}
+
+// helmValues are the suite's values of the chart: the image img, never pulled, and plain HTTP
+// metrics.
+func helmValues(img string) []string {
+	repo, tag, ok := strings.Cut(img, ":")
+	Expect(ok).To(BeTrue(), "image %q has no tag", img)
+	return []string{"--set", "image.repository=" + repo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
+		// agentMetrics goes through the API server's pod proxy, which sends no credentials.
+		"--set", "metrics.secure=false"}
 }
 
 // waitForKubedevice waits until the agent DaemonSet has its one pod Ready and the controller
@@ -449,15 +468,9 @@ func agentMetrics(ctx context.Context, pod *corev1.Pod) (string, error) {
 
 // gopherNodeDevice returns the node's NodeDevice of example.com/gopher.
 func gopherNodeDevice(ctx context.Context) (*kdv1alpha1.NodeDevice, error) {
-	list := &kdv1alpha1.NodeDeviceList{}
-	if err := kd.List(ctx, list, client.MatchingLabels{"kubedevice.io/node": node.Name}); err != nil {
+	found, err := gopherNodeDevices(ctx)
+	if err != nil {
 		return nil, err
-	}
-	var found []kdv1alpha1.NodeDevice
-	for _, nd := range list.Items {
-		if nd.Spec.NodeName == node.Name && nd.Spec.ResourceName == gopherResource {
-			found = append(found, nd)
-		}
 	}
 	if len(found) != 1 {
 		return nil, fmt.Errorf("%d NodeDevices of %s on node %s", len(found), gopherResource, node.Name)

@@ -326,6 +326,9 @@ var _ = Describe("kubedevice on the real node", func() {
 	describeDRA()
 	describeNodeEvents()
 
+	// The previous release upgraded to this tree and rolled back (upgrade_test.go).
+	describeUpgrade()
+
 	// Last: the kubelet keeps the gophers it managed listed (unhealthy, then at 0) after the plugin
 	// is gone, which the installs above must not meet (observe_test.go, nodeevents_test.go).
 	describeObserveMode()

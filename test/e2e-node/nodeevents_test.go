@@ -92,9 +92,10 @@ func makeDevicePod(ns, name string) *corev1.Pod {
 
 // describeNodeEvents is the node's life on kubedevice's two paths, in one install: the
 // node-capacity path, then the same gophers switched to DRA. It runs before anything lets the
-// kubelet manage the gophers (kubedevice_test.go).
+// kubelet manage the gophers: Ginkgo orders containers by code location, so it takes its call
+// site's in kubedevice_test.go (Offset).
 func describeNodeEvents() {
-	Describe("kubedevice through the node's life", Ordered, Label("node-events"), func() {
+	Describe("kubedevice through the node's life", Ordered, Label("node-events"), Offset(1), func() {
 		var ns string
 		BeforeAll(func(ctx context.Context) {
 			setUp(ctx, "node events: ", installWithKustomize)
@@ -124,7 +125,7 @@ func describeNodeEvents() {
 // managing the same Gopher plugin (observe mode). It runs last: the kubelet keeps the gophers it
 // managed listed after their plugin is gone.
 func describeNodeEventsControl() {
-	Describe("the kubelet's own device manager through the node's life (the control)", Ordered, Label("node-events"), func() {
+	Describe("the kubelet's own device manager through the node's life (the control)", Ordered, Label("node-events"), Offset(1), func() {
 		var ns string
 		BeforeAll(func(ctx context.Context) {
 			buildImage(ctx)

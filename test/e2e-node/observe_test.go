@@ -42,7 +42,8 @@ import (
 // gopher and its health, a pod holding it gets a DeviceAllocation, an unhealthy gopher shows
 // Unhealthy, and the Node's capacity is the kubelet's throughout.
 func describeObserveMode() {
-	Describe("observing the kubelet, installed with kustomize", Ordered, func() {
+	// Offset: ordered by its call site in kubedevice_test.go, before the node events' control.
+	Describe("observing the kubelet, installed with kustomize", Ordered, Offset(1), func() {
 		const label = "observe: "
 		var ns string
 

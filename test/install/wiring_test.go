@@ -332,6 +332,10 @@ var omittedFlags = map[string]bool{
 	"cdi-dir":              true,
 	// Profiling, off unless asked for.
 	"pprof-bind-address": true,
+	// Prints the version and exits: for a person, not a container.
+	"version": true,
+	// The kernel's boot ID by default; another file only to simulate a reboot (test/e2e-node).
+	"boot-id-path": true,
 }
 
 // binaryFlags builds the commands and returns the names of the flags each defines, from its -h
