@@ -80,8 +80,12 @@ var _ = Describe("Moving a resource from the kubelet's device manager to kubedev
 			HaveField("Reason", kdv1alpha1.ReasonKubeletDeviceManagerOwnsResource))))
 
 		By("the kubelet's grace period ending: it sets the capacity to 0 and never writes the resource again")
+		start := time.Now()
 		patchNodeStatusAs(kubeletManager, node, "0", "")
-		Eventually(published(node, gopher)).Should(Equal("2/2"))
+		Eventually(published(node, gopher)).WithPolling(2 * time.Millisecond).Should(Equal("2/2"))
+		elapsed := time.Since(start)
+		AddReportEntry("kubelet's 0 at the end of its grace period → count published", elapsed.String())
+		GinkgoWriter.Printf("the kubelet's 0 -> count published in %s\n", elapsed)
 		Eventually(ndCondition(name, kdv1alpha1.NodeDeviceNodeCapacityPublished)).Should(Equal("True/" + kdv1alpha1.ReasonNodeCapacityPublished))
 		Expect(held()).To(BeZero())
 		Eventually(eventsFor(nodeUID)).Should(ContainElement(And(HaveField("Type", corev1.EventTypeNormal),
