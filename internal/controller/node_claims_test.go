@@ -17,6 +17,7 @@ limitations under the License.
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/contract"
@@ -253,4 +256,68 @@ func TestCapacityCondition(t *testing.T) {
 			}
 		})
 	}
+}
+
+// heldSeries counts the series of kubedevice_node_capacity_held of node.
+func heldSeries(t *testing.T, node string) int {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		if f.GetName() != "kubedevice_node_capacity_held" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "node" && l.GetValue() == node {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+func TestRecordHolds(t *testing.T) {
+	const nodeName = "record-holds-n1"
+	rec := events.NewFakeRecorder(10)
+	r := &nodeReconciler{recorder: rec, claims: map[string]*nodeClaims{}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
+	shard := nd("a", gopher, 2, false)
+	kubelet := map[corev1.ResourceName]resourceHold{gopher: {reason: kdv1alpha1.ReasonKubeletDeviceManagerOwnsResource, manager: "kubelet"}}
+	judged := map[corev1.ResourceName]bool{gopher: true}
+	steps := []struct {
+		name   string
+		nds    []kdv1alpha1.NodeDevice
+		holds  map[corev1.ResourceName]resourceHold
+		judged map[corev1.ResourceName]bool
+		event  string
+		series int
+	}{
+		{"a hold starts", []kdv1alpha1.NodeDevice{shard}, kubelet, judged, "Warning " + kdv1alpha1.ReasonKubeletDeviceManagerOwnsResource, 1},
+		{"it goes on", []kdv1alpha1.NodeDevice{shard}, kubelet, judged, "", 1},
+		{"not judged while a new shard settles: kept", []kdv1alpha1.NodeDevice{shard}, nil, nil, "", 1},
+		{"it ends", []kdv1alpha1.NodeDevice{shard}, nil, judged, "Normal " + kdv1alpha1.ReasonNodeCapacityPublished, 0},
+		{"a hold again", []kdv1alpha1.NodeDevice{shard}, kubelet, judged, "Warning " + kdv1alpha1.ReasonKubeletDeviceManagerOwnsResource, 1},
+		{"the resource observed now: dropped without a word", []kdv1alpha1.NodeDevice{withPath(shard, kdv1alpha1.DevicePathObserved)}, nil, nil, "", 0},
+	}
+	for _, s := range steps {
+		r.recordHolds(node, s.nds, s.holds, s.judged)
+		got := ""
+		select {
+		case e := <-rec.Events:
+			got = e
+		default:
+		}
+		if s.event == "" && got != "" || s.event != "" && !strings.HasPrefix(got, s.event) {
+			t.Errorf("%s: event %q, want %q", s.name, got, s.event)
+		}
+		if n := heldSeries(t, nodeName); n != s.series {
+			t.Errorf("%s: %d series of the held gauge, want %d", s.name, n, s.series)
+		}
+	}
+	r.forgetClaims(nodeName)
 }

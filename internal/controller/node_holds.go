@@ -19,7 +19,7 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
+	"maps"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -41,13 +41,20 @@ const (
 // reportHolds says what the controller holds back on node: the NodeCapacityPublished condition of
 // the resources' NodeDevices, then a Warning event on the Node when a hold starts or changes its
 // reason (a Normal one when it ends) and the kubedevice_node_capacity_held gauge. names are the
-// resources the controller means to write to the node.
+// resources judged (the controller means to write them to the node); a resource it does not write
+// this time (a shard settling, shards disagreeing on the path) keeps what was said of it, but an
+// Observed one, which is the kubelet's.
 func (r *nodeReconciler) reportHolds(ctx context.Context, node *corev1.Node, nds []kdv1alpha1.NodeDevice,
 	holds map[corev1.ResourceName]resourceHold, names []corev1.ResourceName) error {
 	now := metav1.NewTime(r.clock.Now())
+	judged := map[corev1.ResourceName]bool{}
+	for _, name := range names {
+		judged[name] = true
+	}
 	for i := range nds {
 		nd := &nds[i]
-		if !nd.DeletionTimestamp.IsZero() || !reported(nd) {
+		if !nd.DeletionTimestamp.IsZero() || !reported(nd) ||
+			(!judged[corev1.ResourceName(nd.Spec.ResourceName)] && nd.Status.EffectivePath() != kdv1alpha1.DevicePathObserved) {
 			continue
 		}
 		got := meta.FindStatusCondition(nd.Status.Conditions, kdv1alpha1.NodeDeviceNodeCapacityPublished)
@@ -64,7 +71,7 @@ func (r *nodeReconciler) reportHolds(ctx context.Context, node *corev1.Node, nds
 			return err
 		}
 	}
-	r.recordHolds(node, nds, holds, names)
+	r.recordHolds(node, nds, holds, judged)
 	return nil
 }
 
@@ -91,10 +98,13 @@ func capacityCondition(node string, nd *kdv1alpha1.NodeDevice, holds map[corev1.
 }
 
 // recordHolds emits the events of the holds that started, changed or ended since the last
-// reconcile of node, and sets the held gauge to match.
+// reconcile of node, and sets the held gauge to match. A hold of a resource not judged this time
+// is kept while the node has a NodeDevice of it the controller may write.
 func (r *nodeReconciler) recordHolds(node *corev1.Node, nds []kdv1alpha1.NodeDevice,
-	holds map[corev1.ResourceName]resourceHold, names []corev1.ResourceName) {
+	holds map[corev1.ResourceName]resourceHold, judged map[corev1.ResourceName]bool) {
 	c := r.claimsOf(node.Name)
+	next := make(map[corev1.ResourceName]resourceHold, len(holds))
+	maps.Copy(next, holds)
 	for name, h := range holds {
 		if prev, ok := c.held[name]; ok && prev.reason == h.reason && prev.manager == h.manager {
 			continue
@@ -103,17 +113,22 @@ func (r *nodeReconciler) recordHolds(node *corev1.Node, nds []kdv1alpha1.NodeDev
 		nodeCapacityHeld.WithLabelValues(node.Name, string(name), h.manager, h.reason).Set(1)
 		r.recorder.Eventf(node, firstNodeDevice(nds, name), corev1.EventTypeWarning, h.reason, actionHold, "%s", h.message(node.Name, name))
 	}
-	for name := range c.held {
+	written := writtenResources(nds)
+	for name, prev := range c.held {
 		if _, ok := holds[name]; ok {
 			continue
 		}
+		if !judged[name] && written[name] {
+			next[name] = prev
+			continue
+		}
 		nodeCapacityHeld.DeletePartialMatch(prometheus.Labels{"node": node.Name, "resource": string(name)})
-		if slices.Contains(names, name) {
+		if judged[name] {
 			r.recorder.Eventf(node, firstNodeDevice(nds, name), corev1.EventTypeNormal, kdv1alpha1.ReasonNodeCapacityPublished, actionRelease,
 				"No other field manager claims %s on node %s any more: kubedevice publishes it.", name, node.Name)
 		}
 	}
-	c.held = holds
+	c.held = next
 }
 
 // firstNodeDevice returns the NodeDevice of the resource name first by name, as the event's
