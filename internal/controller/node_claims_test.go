@@ -38,7 +38,7 @@ func managedEntry(manager, fields string) metav1.ManagedFieldsEntry {
 	t := metav1.NewTime(testNow)
 	return metav1.ManagedFieldsEntry{
 		Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", APIVersion: "v1",
-		Time: &t, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
+		Time: &t, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields),
 	}
 }
 
@@ -52,7 +52,7 @@ func TestNodeResourceOwners(t *testing.T) {
 		managedEntry("kubelet", kubeletFields),
 		managedEntry(contract.ControllerFieldOwner, `{"f:status":{"f:capacity":{"f:example.com/gopher":{}}}}`),
 		managedEntry("kubectl", `{"f:metadata":{"f:labels":{"f:a":{}}}}`),
-		{Manager: "broken", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{`)}},
+		{Manager: "broken", FieldsV1: metav1.NewFieldsV1(`{`)},
 		{Manager: "none"},
 	}
 	want := map[corev1.ResourceName]resourceOwners{

@@ -130,7 +130,7 @@ func trimManagedFields(managed []metav1.ManagedFieldsEntry) []metav1.ManagedFiel
 		}
 		e := managed[i]
 		e.Time = nil
-		e.FieldsV1 = &metav1.FieldsV1{Raw: raw}
+		e.FieldsV1 = metav1.NewFieldsV1(string(raw))
 		out = append(out, e)
 	}
 	slices.SortFunc(out, func(a, b metav1.ManagedFieldsEntry) int {
