@@ -74,16 +74,22 @@ type resourceHold struct {
 type nodeClaims struct {
 	// ours are the resources whose node capacity the controller owned when it last looked.
 	ours map[corev1.ResourceName]bool
-	// takenBack holds, until the time given, the resources another manager set to 0 over ours.
-	takenBack map[corev1.ResourceName]time.Time
+	// takenBack are the resources another manager set to 0 over ours, held until a time.
+	takenBack map[corev1.ResourceName]takeBack
 	// held are the holds reported (event, metric) by the last reconcile.
 	held map[corev1.ResourceName]resourceHold
+}
+
+// takeBack is who set a resource to 0 over the controller's value, and until when it is held.
+type takeBack struct {
+	manager string
+	until   time.Time
 }
 
 func newNodeClaims() *nodeClaims {
 	return &nodeClaims{
 		ours:      map[corev1.ResourceName]bool{},
-		takenBack: map[corev1.ResourceName]time.Time{},
+		takenBack: map[corev1.ResourceName]takeBack{},
 		held:      map[corev1.ResourceName]resourceHold{},
 	}
 }
@@ -102,12 +108,11 @@ func (c *nodeClaims) judge(status corev1.NodeStatus, owners map[corev1.ResourceN
 			delete(c.takenBack, name)
 			continue
 		}
-		others := foreignManagers(o)
-		if len(others) > 0 && c.ours[name] {
-			c.takenBack[name] = now.Add(takeBackHold)
+		if others := foreignManagers(o); len(others) > 0 && c.ours[name] {
+			c.takenBack[name] = takeBack{manager: claimant(others), until: now.Add(takeBackHold)}
 		}
-		if until, ok := c.takenBack[name]; ok && now.Before(until) {
-			holds[name] = newHold(status, name, kdv1alpha1.ReasonResourceTakenBack, others, until)
+		if tb, ok := c.takenBack[name]; ok && now.Before(tb.until) {
+			holds[name] = newHold(status, name, kdv1alpha1.ReasonResourceTakenBack, []string{tb.manager}, tb.until)
 			c.ours[name] = false
 			continue
 		}
@@ -193,17 +198,22 @@ func claimOf(status corev1.NodeStatus, name corev1.ResourceName, o resourceOwner
 }
 
 func newHold(status corev1.NodeStatus, name corev1.ResourceName, reason string, managers []string, until time.Time) resourceHold {
-	manager := ""
-	if len(managers) > 0 {
-		manager = slices.Min(managers)
-	}
-	if slices.Contains(managers, kubeletFieldManager) {
-		manager = kubeletFieldManager
-	}
 	return resourceHold{
-		reason: reason, manager: manager, until: until,
+		reason: reason, manager: claimant(managers), until: until,
 		capacity: quantityOf(status.Capacity, name), allocatable: quantityOf(status.Allocatable, name),
 	}
+}
+
+// claimant names the manager a hold is reported under: the kubelet when it is one of managers,
+// else the first by name.
+func claimant(managers []string) string {
+	switch {
+	case slices.Contains(managers, kubeletFieldManager):
+		return kubeletFieldManager
+	case len(managers) > 0:
+		return slices.Min(managers)
+	}
+	return ""
 }
 
 func quantityOf(list corev1.ResourceList, name corev1.ResourceName) string {

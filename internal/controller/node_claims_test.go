@@ -160,6 +160,7 @@ func TestJudge(t *testing.T) {
 		"the kubelet taking a published resource back, held for its grace period": {
 			{status: capacityOf("0", "0"), owners: kubelet, published: &ours},
 			{status: capacityOf("0", "0"), owners: kubelet, at: time.Second, want: kdv1alpha1.ReasonResourceTakenBack, manager: "kubelet"},
+			{status: corev1.NodeStatus{}, at: 2 * time.Second, want: kdv1alpha1.ReasonResourceTakenBack, manager: "kubelet"},
 			{status: capacityOf("0", "0"), owners: kubelet, at: takeBackHold, want: kdv1alpha1.ReasonResourceTakenBack, manager: "kubelet"},
 			{status: capacityOf("0", "0"), owners: kubelet, at: takeBackHold + time.Second, published: &ours},
 			{status: capacityOf("2", "2"), owners: ours, at: takeBackHold + 2*time.Second},
