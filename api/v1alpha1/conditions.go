@@ -42,6 +42,16 @@ const (
 	// Reasons: ReasonNRIConnected, ReasonNRISocketMissing, ReasonNRIDisconnected,
 	// ReasonInjectionDisabled.
 	NodeDeviceRuntimeInjectionReady = "RuntimeInjectionReady"
+
+	// NodeDeviceNodeCapacityPublished says whether the controller publishes the resource in its
+	// Node's status.capacity and status.allocatable. The controller writes it only when it holds
+	// the resource back: False while another field manager of the Node's status (the kubelet's
+	// device manager, for the 5-minute grace period of a device plugin that was registered with
+	// the kubelet) owns the resource there, then True once the controller publishes it again. A
+	// NodeDevice whose resource was never held back carries none, and it is removed when the
+	// resource leaves the NodeCapacity path. Reasons: ReasonKubeletDeviceManagerOwnsResource,
+	// ReasonAnotherManagerOwnsResource, ReasonResourceTakenBack, ReasonNodeCapacityPublished.
+	NodeDeviceNodeCapacityPublished = "NodeCapacityPublished"
 )
 
 // NodeDevice condition reasons.
@@ -79,6 +89,28 @@ const (
 	// ReasonInjectionDisabled: the agent runs with --runtime-injection=none and adjusts no
 	// container; something else must give containers their devices.
 	ReasonInjectionDisabled = "InjectionDisabled"
+	// ReasonKubeletDeviceManagerOwnsResource: the kubelet (field manager "kubelet") owns the
+	// resource's key in the Node's status.capacity or status.allocatable with a value above zero:
+	// its device manager still has an entry for the resource, a plugin registered with it or one
+	// that stopped less than 5 minutes ago (its grace period; a kubelet restart starts it again
+	// from its checkpoint). The kubelet rewrites its value every node status update, so the
+	// controller leaves the resource to it until the kubelet sets it to 0 at the end of the grace
+	// period; pods asking for it stay Pending meanwhile.
+	ReasonKubeletDeviceManagerOwnsResource = "KubeletDeviceManagerOwnsResource"
+	// ReasonAnotherManagerOwnsResource: a field manager other than the kubelet and kubedevice (an
+	// administrator's kubectl patch, another extender) owns the resource's key in the Node's
+	// status.capacity or status.allocatable with a value above zero; the message names it. The
+	// controller publishes the resource once that manager removes its value or sets it to 0.
+	ReasonAnotherManagerOwnsResource = "ResourceOwnedByAnotherManager"
+	// ReasonResourceTakenBack: after the controller published the resource, another field
+	// manager set it to 0, as a kubelet does that restarted during the grace period of a plugin
+	// it still knows from its checkpoint. The controller publishes it again once the kubelet's
+	// grace period has run out since (the message says when); until then pods asking for it stay
+	// Pending.
+	ReasonResourceTakenBack = "ResourceTakenBack"
+	// ReasonNodeCapacityPublished: the controller publishes the resource in the Node's capacity
+	// again, after holding it back.
+	ReasonNodeCapacityPublished = "Published"
 )
 
 // Device health reasons, as carried by DeviceStatus.Reason.

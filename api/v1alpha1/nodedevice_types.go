@@ -294,7 +294,8 @@ type NodeDeviceStatus struct {
 	// +optional
 	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
 
-	// conditions: Registered, Healthy, AgentReady.
+	// conditions: Registered, Healthy, AgentReady, RuntimeInjectionReady, and NodeCapacityPublished
+	// on a resource the controller has held back from the Node's capacity.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

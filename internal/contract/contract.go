@@ -45,6 +45,13 @@ const (
 	// reporting controller of its events.
 	ControllerFieldOwner = "kubedevice-controller"
 
+	// ControllerNodeCapacityFieldOwner is the field manager under which the controller's
+	// node-capacity reconciler applies the NodeCapacityPublished condition of NodeDevices. A field
+	// manager has one applied set per object, and the controller's NodeDevice reconciler applies
+	// AgentReady under ControllerFieldOwner: were both applied under one name, each apply would
+	// remove the other's condition.
+	ControllerNodeCapacityFieldOwner = "kubedevice-controller-node-capacity"
+
 	// CleanupFieldOwner is the field manager of `kubedevice cleanup`'s writes.
 	CleanupFieldOwner = "kubedevice-cleanup"
 )

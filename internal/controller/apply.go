@@ -38,6 +38,12 @@ import (
 // and conds no longer lists is removed. The object is never created: the status subresource
 // refuses to.
 func applyConditions(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, key client.ObjectKey, conds ...metav1.Condition) error {
+	return applyConditionsAs(ctx, c, FieldOwner, gvk, key, conds...)
+}
+
+// applyConditionsAs is applyConditions under the field manager owner: the whole set of conditions
+// owner owns on the object.
+func applyConditionsAs(ctx context.Context, c client.Client, owner string, gvk schema.GroupVersionKind, key client.ObjectKey, conds ...metav1.Condition) error {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
 	u.SetNamespace(key.Namespace)
@@ -55,7 +61,7 @@ func applyConditions(ctx context.Context, c client.Client, gvk schema.GroupVersi
 			return fmt.Errorf("building the conditions of %s %s: %w", gvk.Kind, klog.KRef(key.Namespace, key.Name), err)
 		}
 	}
-	err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+	err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(owner), client.ForceOwnership)
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("applying the conditions of %s %s: %w", gvk.Kind, klog.KRef(key.Namespace, key.Name), err)
 	}

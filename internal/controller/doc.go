@@ -20,7 +20,11 @@ limitations under the License.
 //     and status.allocatable as the allocatable devices of its NodeDevices summed over shards, or
 //     zero while the node's agent Lease is expired; keeps a resource at "0" once its NodeDevices
 //     are gone (the kubedevice.io/node-capacity finalizer holds the last one until then); deletes
-//     the NodeDevices of deleted Nodes.
+//     the NodeDevices of deleted Nodes. It never writes a resource whose key another field manager
+//     owns with a count (the kubelet's device manager during the grace period of a plugin that was
+//     registered with it, node_claims.go): it says so with the NodeCapacityPublished condition of
+//     the resource's NodeDevices, an event on the Node and the kubedevice_node_capacity_held
+//     gauge, and publishes once that manager has set the resource to 0 or removed it.
 //   - nodedevice (per NodeDevice): puts that finalizer on where the agent has not (the agent puts it
 //     on with the object), and keeps the AgentReady condition in line with the agent's Lease: the
 //     agent seeds it True with a shard's first status, the controller (server-side apply, field

@@ -29,6 +29,17 @@ var nodeCapacityPatches = prometheus.NewCounter(prometheus.CounterOpts{
 	Help: "Patches of a Node's status.capacity and status.allocatable for kubedevice resources.",
 })
 
+// nodeCapacityHeld is 1 for each resource of a node that the controller holds back from the Node's
+// capacity because another field manager claims it (node_claims.go): manager is that manager
+// ("kubelet" for the kubelet's device manager), reason the NodeDevice condition's reason. A series
+// goes when its hold ends. node and resource are the labels of the agents' device metrics
+// (kubedevice_agent_device_info), so the two join. A hold by the kubelet lasts its grace period, 5
+// minutes, or 5.5 after a kubelet restart: one older than 10 minutes is worth an alert.
+var nodeCapacityHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "kubedevice_node_capacity_held",
+	Help: "1 while the controller leaves a node's kubedevice resource out of its capacity because another field manager (the kubelet's device manager) claims it.",
+}, []string{"node", "resource", "manager", "reason"})
+
 func init() {
-	metrics.Registry.MustRegister(nodeCapacityPatches)
+	metrics.Registry.MustRegister(nodeCapacityPatches, nodeCapacityHeld)
 }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -36,19 +37,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 )
 
 // nodeReconciler publishes each node's kubedevice resources in the Node's status.capacity and
-// status.allocatable, from its NodeDevices and its agent's Lease, and deletes the NodeDevices of
-// Nodes that are gone. Keyed by Node name.
+// status.allocatable, from its NodeDevices and its agent's Lease, leaves alone those another field
+// manager claims (node_claims.go), and deletes the NodeDevices of Nodes that are gone. Keyed by
+// Node name.
 type nodeReconciler struct {
 	client    client.Client
 	apiReader client.Reader
 	clock     clock.PassiveClock
 	leases    leaseReader
+	recorder  recorder.EventRecorder
 
 	// written remembers, per node, the status of our last patch until the cache has seen it, so a
 	// reconcile that runs before the watch event arrives does not patch the same values again.
@@ -60,17 +64,30 @@ type nodeReconciler struct {
 	// the burst has settled rather than once per shard (node_settle.go).
 	settlingMu sync.Mutex
 	burst      map[string]creationBurst
+
+	// claims remembers, per node, whose its resources were and which are held (node_claims.go).
+	claimsMu sync.Mutex
+	claims   map[string]*nodeClaims
 }
 
-// writtenNode is a Node status we patched, and the resourceVersion the Node had before.
+// writtenNode is a Node status we patched, who owned its resources after the patch, and the
+// resourceVersion the Node had before.
 type writtenNode struct {
 	before string
+	view   nodeView
+}
+
+// nodeView is what the reconciler reads of a Node: its status, and the field managers owning the
+// keys of its status.capacity and status.allocatable.
+type nodeView struct {
 	status corev1.NodeStatus
+	owners map[corev1.ResourceName]resourceOwners
 }
 
 func (r *nodeReconciler) setupWithManager(mgr ctrl.Manager, opts crcontroller.Options) error {
 	r.written = map[string]writtenNode{}
 	r.burst = map[string]creationBurst{}
+	r.claims = map[string]*nodeClaims{}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-capacity").
 		For(&corev1.Node{}, builder.WithPredicates(nodeCapacityChanged())).
@@ -85,10 +102,10 @@ func (r *nodeReconciler) setupWithManager(mgr ctrl.Manager, opts crcontroller.Op
 		Complete(r)
 }
 
-// Reconcile publishes the node's kubedevice resources and lets terminating NodeDevices go once
-// their resource is zero on the node.
+// Reconcile publishes the node's kubedevice resources that no other field manager claims, says
+// which are held back, and lets terminating NodeDevices go once their resource is zero on the
+// node (or another manager's).
 func (r *nodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	logger := ctrl.LoggerFrom(ctx)
 	node, err := r.getNode(ctx, req.Name)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -96,6 +113,7 @@ func (r *nodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if node == nil {
 		r.forget(req.Name)
 		r.forgetBurst(req.Name)
+		r.forgetClaims(req.Name)
 		return ctrl.Result{}, r.deleteNodeDevices(ctx, req.Name)
 	}
 
@@ -104,51 +122,88 @@ func (r *nodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, fmt.Errorf("listing the NodeDevices of node %q: %w", node.Name, err)
 	}
 	if len(nds.Items) == 0 {
+		r.forgetClaims(node.Name)
 		return ctrl.Result{}, nil
 	}
-	agent, err := r.leases.agentState(ctx, node.Name, r.clock.Now())
+	now := r.clock.Now()
+	agent, err := r.leases.agentState(ctx, node.Name, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	status, err := r.currentStatus(ctx, node, nds.Items)
+	view, err := r.currentView(ctx, node, nds.Items)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
-	patch, err := capacityPatch(status, desiredCapacity(status, nds.Items, agent.ready))
-	if err != nil {
+	plan := desiredCapacity(view.status, nds.Items, agent.ready)
+	claims := r.claimsOf(node.Name)
+	holds := claims.judge(view.status, view.owners, plan.names(), now)
+	claims.keepOnly(writtenResources(nds.Items))
+	status, err := r.publish(ctx, node, view.status, plan.without(holds), claims)
+	if err != nil || status == nil {
 		return ctrl.Result{}, err
 	}
-	if patch != nil && r.settling(node.Name) {
-		// The burst's timer queues the node once it has settled.
-		logger.V(1).Info("Waiting for the node's new NodeDevices to settle before publishing")
-	} else if patch != nil {
-		before := node.ResourceVersion
-		err := r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner))
-		if apierrors.IsNotFound(err) {
-			// Deleted meanwhile: its deletion event brings us back to delete its NodeDevices.
-			return ctrl.Result{}, nil
-		}
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("patching the capacity of node %q: %w", node.Name, err)
-		}
-		nodeCapacityPatches.Inc()
-		r.remember(node.Name, before, node.Status)
-		status = node.Status
-		logger.Info("Published node capacity", "patch", string(patch), "agentReady", agent.ready)
+	if err := r.reportHolds(ctx, node, nds.Items, holds, plan.names()); err != nil {
+		return ctrl.Result{}, err
 	}
 
-	for _, nd := range releasable(status, nds.Items) {
+	for _, nd := range releasable(*status, nds.Items, holds) {
 		if err := removeFinalizer(ctx, r.client, nd); err != nil {
 			return ctrl.Result{}, err
 		}
-		logger.V(1).Info("Released a deleted NodeDevice", "nodeDevice", nd.Name, "resource", nd.Spec.ResourceName)
+		ctrl.LoggerFrom(ctx).V(1).Info("Released a deleted NodeDevice", "nodeDevice", nd.Name, "resource", nd.Spec.ResourceName)
 	}
+	return requeueAfter(agent, holds, now), nil
+}
 
-	if agent.ready {
-		return ctrl.Result{RequeueAfter: agent.expiresIn}, nil
+// publish patches the node's status with what plan publishes and withdraws, unless that is what
+// status shows or a burst of NodeDevice creations is settling, and returns the status the node
+// then has; nil when the node is gone. It records in claims which resources the controller owns
+// after its patch.
+func (r *nodeReconciler) publish(ctx context.Context, node *corev1.Node, status corev1.NodeStatus, plan capacityPlan, claims *nodeClaims) (*corev1.NodeStatus, error) {
+	logger := ctrl.LoggerFrom(ctx)
+	patch, err := capacityPatch(status, plan)
+	if err != nil || patch == nil {
+		return &status, err
 	}
-	return ctrl.Result{}, nil
+	if r.settling(node.Name) {
+		// The burst's timer queues the node once it has settled.
+		logger.V(1).Info("Waiting for the node's new NodeDevices to settle before publishing")
+		return &status, nil
+	}
+	before := node.ResourceVersion
+	err = r.client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner))
+	if apierrors.IsNotFound(err) {
+		// Deleted meanwhile: its deletion event brings us back to delete its NodeDevices.
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("patching the capacity of node %q: %w", node.Name, err)
+	}
+	nodeCapacityPatches.Inc()
+	view := nodeView{status: node.Status, owners: nodeResourceOwners(node.ManagedFields)}
+	claims.published(view.owners, plan.names())
+	r.remember(node.Name, before, view)
+	logger.Info("Published node capacity", "patch", string(patch))
+	return &view.status, nil
+}
+
+// requeueAfter comes back when the agent's Lease expires or a hold of a resource taken back ends,
+// whichever is first.
+func requeueAfter(agent agentState, holds map[corev1.ResourceName]resourceHold, now time.Time) ctrl.Result {
+	var after time.Duration
+	if agent.ready {
+		after = agent.expiresIn
+	}
+	for _, h := range holds {
+		if h.until.IsZero() {
+			continue
+		}
+		if d := h.until.Sub(now) + time.Millisecond; after == 0 || d < after {
+			after = d
+		}
+	}
+	return ctrl.Result{RequeueAfter: after}
 }
 
 // getNode returns the Node, or nil when it does not exist. A Node the cache does not hold is
@@ -169,37 +224,38 @@ func (r *nodeReconciler) getNode(ctx context.Context, name string) (*corev1.Node
 	return node, nil
 }
 
-// currentStatus returns the node status to diff against. When a terminating NodeDevice is the
-// last of its resource, its finalizer will go once the node shows the resource at zero, so the
-// status is read from the API server: the cache might not have seen our last patch yet. Otherwise
-// the cached status is used, or our last patch while the cache has not caught up with it.
-func (r *nodeReconciler) currentStatus(ctx context.Context, node *corev1.Node, nds []kdv1alpha1.NodeDevice) (corev1.NodeStatus, error) {
+// currentView returns the node status to diff against, and who owns its resources. When a
+// terminating NodeDevice is the last of its resource, its finalizer will go once the node shows
+// the resource at zero, so the node is read from the API server: the cache might not have seen our
+// last patch yet. Otherwise the cached node is used, or our last patch (and the owners it left)
+// while the cache has not caught up with it.
+func (r *nodeReconciler) currentView(ctx context.Context, node *corev1.Node, nds []kdv1alpha1.NodeDevice) (nodeView, error) {
 	for i := range nds {
 		nd := &nds[i]
 		if nd.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(nd, NodeCapacityFinalizer) || !needsZeroing(nd, nds) {
 			continue
 		}
 		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
-			return corev1.NodeStatus{}, fmt.Errorf("getting node %q: %w", node.Name, err)
+			return nodeView{}, fmt.Errorf("getting node %q: %w", node.Name, err)
 		}
 		r.forget(node.Name)
-		return node.Status, nil
+		return nodeView{status: node.Status, owners: nodeResourceOwners(node.ManagedFields)}, nil
 	}
 	r.writtenMu.Lock()
 	defer r.writtenMu.Unlock()
 	if w, ok := r.written[node.Name]; ok {
 		if w.before == node.ResourceVersion {
-			return w.status, nil
+			return w.view, nil
 		}
 		delete(r.written, node.Name)
 	}
-	return node.Status, nil
+	return nodeView{status: node.Status, owners: nodeResourceOwners(node.ManagedFields)}, nil
 }
 
-func (r *nodeReconciler) remember(node, before string, status corev1.NodeStatus) {
+func (r *nodeReconciler) remember(node, before string, view nodeView) {
 	r.writtenMu.Lock()
 	defer r.writtenMu.Unlock()
-	r.written[node] = writtenNode{before: before, status: *status.DeepCopy()}
+	r.written[node] = writtenNode{before: before, view: nodeView{status: *view.status.DeepCopy(), owners: view.owners}}
 }
 
 func (r *nodeReconciler) forget(node string) {
@@ -243,7 +299,9 @@ func removeFinalizer(ctx context.Context, c client.Client, nd *kdv1alpha1.NodeDe
 }
 
 // nodeCapacityChanged passes Node events except updates that leave status.capacity and
-// status.allocatable as they were: the kubelet's heartbeats and condition updates are not ours.
+// status.allocatable, and who owns their keys, as they were: the kubelet's heartbeats and
+// condition updates are not ours. The cache keeps only the managed fields of those keys, without
+// times (stripNode), so comparing them whole compares their owners.
 func nodeCapacityChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		oldNode, okOld := e.ObjectOld.(*corev1.Node)
@@ -252,7 +310,8 @@ func nodeCapacityChanged() predicate.Predicate {
 			return true
 		}
 		return !equality.Semantic.DeepEqual(oldNode.Status.Capacity, newNode.Status.Capacity) ||
-			!equality.Semantic.DeepEqual(oldNode.Status.Allocatable, newNode.Status.Allocatable)
+			!equality.Semantic.DeepEqual(oldNode.Status.Allocatable, newNode.Status.Allocatable) ||
+			!equality.Semantic.DeepEqual(oldNode.ManagedFields, newNode.ManagedFields)
 	}}
 }
 

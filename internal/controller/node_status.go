@@ -120,6 +120,35 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 	return plan
 }
 
+// names returns the resources the plan writes (publishes or withdraws), sorted.
+func (p capacityPlan) names() []corev1.ResourceName {
+	names := slices.Collect(maps.Keys(p.publish))
+	for _, name := range p.withdraw {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// without returns the plan less the resources held: another field manager claims them, and the
+// node keeps what that manager wrote.
+func (p capacityPlan) without(held map[corev1.ResourceName]resourceHold) capacityPlan {
+	out := capacityPlan{publish: map[corev1.ResourceName]int64{}}
+	for name, n := range p.publish {
+		if _, ok := held[name]; !ok {
+			out.publish[name] = n
+		}
+	}
+	for _, name := range p.withdraw {
+		if _, ok := held[name]; !ok {
+			out.withdraw = append(out.withdraw, name)
+		}
+	}
+	return out
+}
+
 // capacityPatch returns the JSON merge patch of the nodes/status subresource that sets each
 // resource the plan publishes in status.capacity and status.allocatable, naming only the keys
 // whose value differs, and removes each resource it withdraws (a null value), or nil when the
@@ -191,15 +220,17 @@ func needsZeroing(nd *kdv1alpha1.NodeDevice, nds []kdv1alpha1.NodeDevice) bool {
 
 // releasable returns the terminating NodeDevices holding the node-capacity finalizer that may now
 // let go: another shard of their resource is still live on the node (it keeps the resource known
-// as ours), or the node publishes the resource as zero or not at all.
-func releasable(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice) []*kdv1alpha1.NodeDevice {
+// as ours), the node publishes the resource as zero or not at all, or another field manager claims
+// it (held: its value is that manager's, not ours to zero).
+func releasable(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, held map[corev1.ResourceName]resourceHold) []*kdv1alpha1.NodeDevice {
 	var out []*kdv1alpha1.NodeDevice
 	for i := range nds {
 		nd := &nds[i]
 		if nd.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(nd, NodeCapacityFinalizer) {
 			continue
 		}
-		if !needsZeroing(nd, nds) || publishesZero(status, corev1.ResourceName(nd.Spec.ResourceName)) {
+		name := corev1.ResourceName(nd.Spec.ResourceName)
+		if _, claimed := held[name]; claimed || !needsZeroing(nd, nds) || publishesZero(status, name) {
 			out = append(out, nd)
 		}
 	}

@@ -329,7 +329,7 @@ func TestReleasable(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, names(releasable(tc.status, tc.nds))); diff != "" {
+			if diff := cmp.Diff(tc.want, names(releasable(tc.status, tc.nds, nil))); diff != "" {
 				t.Errorf("releasable (-want +got):\n%s", diff)
 			}
 		})

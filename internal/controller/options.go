@@ -111,15 +111,16 @@ func (o Options) complete() (Options, error) {
 }
 
 // CacheOptions returns the cache options the controllers need: Leases only from the agent
-// namespace, no managed fields (nothing reads them), Nodes without their image lists, and
-// NodeDevices sharing their devices' repeated strings (contract.CompactNodeDevice).
+// namespace, no managed fields (nothing reads them) but a Node's owners of its status.capacity and
+// status.allocatable keys, Nodes without their image lists (stripNode), and NodeDevices sharing
+// their devices' repeated strings (contract.CompactNodeDevice).
 // Pods are watched as metadata only (see the DeviceAllocation controller), so they need no entry.
 func CacheOptions(opts Options) cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&coordinationv1.Lease{}:  {Namespaces: map[string]cache.Config{opts.AgentNamespace: {}}},
-			&corev1.Node{}:           {Transform: contract.StripNode},
+			&corev1.Node{}:           {Transform: stripNode},
 			&kdv1alpha1.NodeDevice{}: {Transform: contract.CompactNodeDevice},
 		},
 	}
@@ -146,6 +147,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		apiReader: mgr.GetAPIReader(),
 		clock:     opts.Clock,
 		leases:    leases,
+		recorder:  recorder,
 	}).setupWithManager(mgr, ctrlOpts); err != nil {
 		return fmt.Errorf("setting up the node capacity controller: %w", err)
 	}

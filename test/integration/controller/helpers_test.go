@@ -322,13 +322,15 @@ func loadManifests(paths ...string) []*unstructured.Unstructured {
 
 // controllerWrites counts the controller's status writes to NodeDevices, by object name, from its
 // HTTP transport: what the API server is asked, whether or not the write changes anything.
-var controllerWrites = &statusWrites{counts: map[string]int{}, objects: map[string]int{}}
+var controllerWrites = &statusWrites{counts: map[string]int{}, objects: map[string]int{}, nodes: map[string]int{}}
 
 type statusWrites struct {
 	mu     sync.Mutex
 	counts map[string]int
 	// objects counts the writes of the NodeDevices themselves (metadata, spec), by name.
 	objects map[string]int
+	// nodes counts the writes of Nodes' status, by node name.
+	nodes map[string]int
 }
 
 // wrap is a rest.Config WrapTransport.
@@ -347,6 +349,13 @@ func (w *statusWrites) wrap(rt http.RoundTripper) http.RoundTripper {
 			w.objects[parts[4]]++
 			w.mu.Unlock()
 		}
+		// /api/v1/nodes/<name>/status
+		if (req.Method == http.MethodPatch || req.Method == http.MethodPut) && len(parts) == 5 && parts[0] == "api" &&
+			parts[2] == "nodes" && parts[4] == "status" {
+			w.mu.Lock()
+			w.nodes[parts[3]]++
+			w.mu.Unlock()
+		}
 		return rt.RoundTrip(req)
 	})
 }
@@ -363,6 +372,13 @@ func (w *statusWrites) objectWrites(name string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.objects[name]
+}
+
+// nodeStatus returns the writes of node's status so far.
+func (w *statusWrites) nodeStatus(node string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.nodes[node]
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
