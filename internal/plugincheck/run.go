@@ -50,6 +50,9 @@ type Timeouts struct {
 	Reregistration time.Duration
 	// Stop is how long after SIGTERM the plugin has to exit. Default 10 s.
 	Stop time.Duration
+	// StreamHold is how long each ListAndWatch stream must stay open after it opened (and it
+	// must stay open until the checker closes it). Default 10 s.
+	StreamHold time.Duration
 }
 
 // The default timeouts.
@@ -60,6 +63,7 @@ const (
 	DefaultHealthUpdateTimeout   = 10 * time.Second
 	DefaultReregistrationTimeout = 30 * time.Second
 	DefaultStopTimeout           = 10 * time.Second
+	DefaultStreamHold            = 10 * time.Second
 	// preStartTimeout is the kubelet's KubeletPreStartContainerRPCTimeoutInSecs.
 	preStartTimeout = v1beta1.KubeletPreStartContainerRPCTimeoutInSecs * time.Second
 	// unknownDeviceID is what allocate/unknown-device asks for.
@@ -80,6 +84,7 @@ func (t Timeouts) complete() Timeouts {
 	def(&t.HealthUpdate, DefaultHealthUpdateTimeout)
 	def(&t.Reregistration, DefaultReregistrationTimeout)
 	def(&t.Stop, DefaultStopTimeout)
+	def(&t.StreamHold, DefaultStreamHold)
 	return t
 }
 
@@ -139,6 +144,9 @@ type run struct {
 	// responses are the successful container allocation responses, for the response checks.
 	responses []*v1beta1.ContainerAllocateResponse
 	allocated []string // devices of a successful Allocate, for PreStartContainer
+	// health and streamOpen gather list-and-watch/health-update and list-and-watch/stream-open
+	// over the stream before and the stream after the kubelet restart.
+	health, streamOpen verdict
 }
 
 // Run runs every check against the plugin and returns the report. The error is for what kept the
@@ -160,6 +168,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.report.Plugin = opts.Socket
 	}
 	r.checkAll(ctx)
+	r.report.sortResults()
 	return r.report, nil
 }
 
@@ -254,14 +263,26 @@ func (r *run) checkAll(ctx context.Context) {
 	r.checkAllocate(ctx)
 	r.checkPreStart(ctx)
 	r.checkPreferred(ctx)
-	r.checkHealthUpdate(ctx)
-	r.checkStreamOpen()
+	first := "the first stream"
+	r.observeHealthChange(ctx, first)
+	r.holdStream(ctx, first)
 	if r.opts.Target == nil {
 		reason := "the plugin was given as a socket: the checker did not start it and serves no kubelet.sock to it"
 		r.skipAll(reason, CheckReregistration, CheckStop)
+		r.recordStreamVerdicts()
 		return
 	}
 	r.checkReregistration(ctx)
+	if r.stream != nil {
+		again := "the stream after the kubelet restart"
+		r.observeHealthChange(ctx, again)
+		r.holdStream(ctx, again)
+	} else {
+		note := "not judged again after the kubelet restart: the plugin serves no new stream (see registration/after-kubelet-restart)"
+		r.health.add(Pass, note)
+		r.streamOpen.add(Pass, note)
+	}
+	r.recordStreamVerdicts()
 	r.checkStop()
 }
 
@@ -518,26 +539,53 @@ func (r *run) checkAllocate(ctx context.Context) {
 		r.skipAll("no allocation response to look at", responseChecks...)
 		return
 	}
-	started = time.Now()
+	r.judgeResponses()
+}
+
+// judgeResponses runs the response checks over every successful container response; a check
+// with nothing to look at (no device node to hold permissions, no CDI device) is skipped.
+func (r *run) judgeResponses() {
+	started := time.Now()
 	var all responseProblems
+	var mounts, devs, cdis, envs int
 	for _, resp := range r.responses {
 		p := validateContainerResponse(resp)
 		all.paths = append(all.paths, p.paths...)
 		all.permissions = append(all.permissions, p.permissions...)
 		all.duplicates = append(all.duplicates, p.duplicates...)
 		all.cdi = append(all.cdi, p.cdi...)
-	}
-	var mounts, devs, cdis int
-	for _, resp := range r.responses {
+		all.repeats = append(all.repeats, p.repeats...)
 		mounts += len(resp.GetMounts())
 		devs += len(resp.GetDevices())
 		cdis += len(resp.GetCdiDevices())
+		envs += len(resp.GetEnvs())
 	}
 	n := len(r.responses)
-	r.verdict(CheckPaths, started, uniq(all.paths), fmt.Sprintf("%d responses: %d mounts, %d device nodes, all paths absolute", n, mounts, devs))
-	r.verdict(CheckPermissions, started, uniq(all.permissions), fmt.Sprintf("%d device nodes, permissions well formed", devs))
-	r.verdict(CheckDuplicates, started, uniq(all.duplicates), fmt.Sprintf("%d responses without duplicates", n))
-	r.verdict(CheckCDINames, started, uniq(all.cdi), fmt.Sprintf("%d CDI devices, names fully qualified", cdis))
+	none := fmt.Sprintf("the %d allocation responses hold", n)
+	if mounts+devs+envs == 0 {
+		r.record(CheckPaths, Skip, started, none+" no mount, device node or env: no path to check")
+	} else {
+		r.verdict(CheckPaths, started, uniq(all.paths), fmt.Sprintf("%d responses: %d mounts, %d device nodes, %d envs; paths absolute and clean, env names valid", n, mounts, devs, envs))
+	}
+	if devs == 0 {
+		r.record(CheckPermissions, Skip, started, none+" no device node: no permissions to check")
+	} else {
+		r.verdict(CheckPermissions, started, uniq(all.permissions), fmt.Sprintf("%d device nodes, permissions well formed", devs))
+	}
+	if mounts+devs+cdis == 0 {
+		r.record(CheckDuplicates, Skip, started, none+" no mount, device node or CDI device: nothing to repeat")
+	} else {
+		ok := []string{fmt.Sprintf("%d responses without conflicting duplicates", n)}
+		if rep := uniq(all.repeats); len(rep) > 0 {
+			ok = append(ok, prefixAll("identical repeats, which the kubelet merges: ", rep)...)
+		}
+		r.verdict(CheckDuplicates, started, uniq(all.duplicates), ok...)
+	}
+	if cdis == 0 {
+		r.record(CheckCDINames, Skip, started, none+" no CDI device: no name to check")
+	} else {
+		r.verdict(CheckCDINames, started, uniq(all.cdi), fmt.Sprintf("%d CDI devices, names fully qualified", cdis))
+	}
 }
 
 func (r *run) checkPreStart(ctx context.Context) {
@@ -595,6 +643,11 @@ func (r *run) checkPreferred(ctx context.Context) {
 		r.record(CheckPreferredAnswers, Fail, started, describe+": "+why)
 		r.skipAll("GetPreferredAllocation did not answer", checks[1:]...)
 		return
+	case len(resp.GetContainerResponses()) == 0:
+		// The kubelet reads ContainerResponses[0] only when there is one: none is no preference.
+		r.record(CheckPreferredAnswers, Warn, started, describe+" answered no container response: the kubelet takes that as no preference and picks the devices itself")
+		r.skipAll("GetPreferredAllocation answered no preference", checks[1:]...)
+		return
 	case len(resp.GetContainerResponses()) != 1:
 		r.record(CheckPreferredAnswers, Fail, started, fmt.Sprintf("%s answered %d container responses for 1 container request", describe, len(resp.GetContainerResponses())))
 		r.skipAll("GetPreferredAllocation did not answer one container response", checks[1:]...)
@@ -607,66 +660,6 @@ func (r *run) checkPreferred(ctx context.Context) {
 	r.verdict(CheckPreferredMustInclude, started, prefixAll(describe+": ", must), ok)
 	r.verdict(CheckPreferredSize, started, prefixAll(describe+": ", size), ok)
 	r.verdict(CheckPreferredAvailable, started, prefixAll(describe+": ", avail), ok)
-}
-
-func (r *run) checkHealthUpdate(ctx context.Context) {
-	started := time.Now()
-	if r.opts.HealthChange == nil {
-		r.record(CheckHealthUpdate, Skip, started, "no way to change a device's health was given (--health-change-cmd)")
-		return
-	}
-	var env []string
-	if r.opts.Target != nil {
-		env = r.opts.Target.Env()
-	}
-	env = append(env, "KUBEDEVICE_PLUGIN_SOCKET="+r.socket)
-	before := healthMap(r.devices)
-	if err := r.opts.HealthChange(ctx, env); err != nil {
-		r.record(CheckHealthUpdate, Fail, started, "the health change hook failed: "+err.Error())
-		return
-	}
-	deadline := time.Now().Add(r.t.HealthUpdate)
-	var seen []string
-	for {
-		msg, err := r.stream.next(time.Until(deadline))
-		if err != nil {
-			ev := []string{fmt.Sprintf("no list with a changed health within %s of the health change: %v", r.t.HealthUpdate, err)}
-			ev = append(ev, seen...)
-			r.record(CheckHealthUpdate, Fail, started, ev...)
-			return
-		}
-		r.devices = msg.GetDevices()
-		after := healthMap(r.devices)
-		var changed, missing []string
-		for _, id := range sortedKeys(before) {
-			h, ok := after[id]
-			switch {
-			case !ok:
-				missing = append(missing, id)
-			case h != before[id]:
-				changed = append(changed, fmt.Sprintf("%s %s -> %s", id, before[id], h))
-			}
-		}
-		if len(changed) == 0 {
-			seen = append(seen, "a list without a health change: "+describeDevices(r.devices))
-			continue
-		}
-		if len(missing) > 0 {
-			r.record(CheckHealthUpdate, Fail, started, fmt.Sprintf("the list after the health change (%s) lacks devices %v: each list must be the full list", strings.Join(changed, ", "), missing))
-			return
-		}
-		r.record(CheckHealthUpdate, Pass, started, fmt.Sprintf("%s, sent %s after the health change, in a full list of %d devices", strings.Join(changed, ", "), seconds(time.Since(started)), len(r.devices)))
-		return
-	}
-}
-
-func (r *run) checkStreamOpen() {
-	started := time.Now()
-	if err := r.stream.ended(); err != nil {
-		r.record(CheckStreamOpen, Fail, started, "the ListAndWatch stream ended: "+err.Error())
-		return
-	}
-	r.record(CheckStreamOpen, Pass, started, fmt.Sprintf("the ListAndWatch stream is open %s after it was opened", seconds(time.Since(r.stream.opened))))
 }
 
 func (r *run) checkReregistration(ctx context.Context) {
@@ -721,12 +714,13 @@ func (r *run) checkReregistration(ctx context.Context) {
 		r.record(CheckReregistration, Fail, started, fmt.Sprintf("registered again after %s, but ListAndWatch failed: %v", seconds(took), err))
 		return
 	}
-	r.stream = s
 	msg, err := s.next(r.t.FirstList)
 	if err != nil {
+		s.close()
 		r.record(CheckReregistration, Fail, started, fmt.Sprintf("registered again after %s, but: %v", seconds(took), err))
 		return
 	}
+	r.stream, r.devices = s, msg.GetDevices()
 	r.record(CheckReregistration, Pass, started, fmt.Sprintf("registered again %s after kubelet.sock was created again (limit %s); ListAndWatch sent %d devices",
 		seconds(took), r.t.Reregistration, len(msg.GetDevices())))
 }
