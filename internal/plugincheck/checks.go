@@ -56,7 +56,7 @@ var (
 	CheckFirstList = Check{"list-and-watch/first-response",
 		"ListAndWatch sends the full device list promptly and keeps the stream open (API: \"ListAndWatch returns a stream of List of Devices\"; the kubelet publishes no capacity before the first message, and its e2e tests expect capacity within 30 s of the plugin's start)."}
 	CheckDeviceIDs = Check{"list-and-watch/device-ids",
-		"Device IDs are non-empty, at most 63 characters, without control characters, and unique in a list (API Device.ID: \"A unique ID ... Max length of this field is 63 characters\"; the kubelet overwrites duplicates silently)."}
+		"Device IDs are non-empty, at most 63 characters, and unique in a list (API Device.ID: \"A unique ID ... Max length of this field is 63 characters\"; the kubelet overwrites duplicates silently). Any characters are accepted, control characters and NUL included, as the kubelet accepts them; the report quotes IDs (%q)."}
 	CheckHealthValues = Check{"list-and-watch/health-values",
 		"Device.health is \"Healthy\" or \"Unhealthy\" (API constants.go), and NUMA node IDs are not negative: the kubelet treats any other health string as unhealthy."}
 	CheckAllocateEach = Check{"allocate/each-device",

@@ -284,6 +284,7 @@ func TestUnusualPluginsPass(t *testing.T) {
 		{testplugin.SharedDeviceNode, nil, `device node "/dev/testplugin/shared" is listed 4 times, identically`},
 		{testplugin.DuplicateMount, nil, `mount "/var/run/testplugin/dev-0" is listed 2 times, identically`},
 		{testplugin.DropsDevices, nil, `devices removed ("dev-0")`},
+		{testplugin.ControlCharIDs, nil, "4 IDs hold control characters: the kubelet accepts them (quoted here)"},
 		{testplugin.EnvOnly, []string{"allocate/permissions", "allocate/duplicates", "allocate/cdi-names"}, "no device node: no permissions to check"},
 	}
 	for _, tc := range tests {

@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -440,7 +441,11 @@ func (r *run) checkListAndWatch(ctx context.Context) bool {
 	r.devices = msg.GetDevices()
 	r.record(CheckFirstList, Pass, started, fmt.Sprintf("first list after %s: %s", seconds(time.Since(started)), describeDevices(r.devices)))
 	now := time.Now()
-	r.verdict(CheckDeviceIDs, now, validateDeviceIDs(r.devices), fmt.Sprintf("%d devices, IDs valid and unique", len(r.devices)))
+	ok := []string{fmt.Sprintf("%d devices, IDs valid and unique", len(r.devices))}
+	if n := controlIDs(r.devices); n > 0 {
+		ok = append(ok, fmt.Sprintf("%d IDs hold control characters: the kubelet accepts them (quoted here)", n))
+	}
+	r.verdict(CheckDeviceIDs, now, validateDeviceIDs(r.devices), ok...)
 	r.verdict(CheckHealthValues, now, validateHealth(r.devices), "every health is Healthy or Unhealthy")
 	return true
 }
@@ -486,9 +491,9 @@ func (r *run) checkAllocate(ctx context.Context) {
 		resp, err := r.allocate(ctx, []string{id})
 		switch {
 		case err != nil:
-			problems = append(problems, fmt.Sprintf("Allocate([%s]): %v", id, err))
+			problems = append(problems, fmt.Sprintf("Allocate([%q]): %v", id, err))
 		case len(resp.GetContainerResponses()) != 1:
-			problems = append(problems, fmt.Sprintf("Allocate([%s]) answered %d container responses for 1 container request", id, len(resp.GetContainerResponses())))
+			problems = append(problems, fmt.Sprintf("Allocate([%q]) answered %d container responses for 1 container request", id, len(resp.GetContainerResponses())))
 		default:
 			r.responses = append(r.responses, resp.GetContainerResponses()[0])
 			if r.allocated == nil {
@@ -509,30 +514,30 @@ func (r *run) checkAllocate(ctx context.Context) {
 		resp, err := r.allocate(ctx, several)
 		switch {
 		case err != nil:
-			r.record(CheckAllocateSeveral, Fail, started, fmt.Sprintf("Allocate(%v) in one container: %v", several, err))
+			r.record(CheckAllocateSeveral, Fail, started, fmt.Sprintf("Allocate(%q) in one container: %v", several, err))
 		case len(resp.GetContainerResponses()) != 1:
-			r.record(CheckAllocateSeveral, Fail, started, fmt.Sprintf("Allocate(%v) in one container answered %d container responses", several, len(resp.GetContainerResponses())))
+			r.record(CheckAllocateSeveral, Fail, started, fmt.Sprintf("Allocate(%q) in one container answered %d container responses", several, len(resp.GetContainerResponses())))
 		default:
 			r.responses = append(r.responses, resp.GetContainerResponses()[0])
 			r.allocated = several
 			resp2, err := r.allocate(ctx, healthy[:1], healthy[1:2])
 			switch {
 			case err != nil:
-				r.record(CheckAllocateSeveral, Warn, started, fmt.Sprintf("Allocate for two containers, [%s] and [%s]: %v", healthy[0], healthy[1], err))
+				r.record(CheckAllocateSeveral, Warn, started, fmt.Sprintf("Allocate for two containers, [%q] and [%q]: %v", healthy[0], healthy[1], err))
 			case len(resp2.GetContainerResponses()) != 2:
 				r.record(CheckAllocateSeveral, Warn, started, fmt.Sprintf("Allocate for two containers answered %d container responses", len(resp2.GetContainerResponses())))
 			default:
 				r.responses = append(r.responses, resp2.GetContainerResponses()...)
-				r.record(CheckAllocateSeveral, Pass, started, fmt.Sprintf("Allocate(%v) in one container, and for two containers, answered", several))
+				r.record(CheckAllocateSeveral, Pass, started, fmt.Sprintf("Allocate(%q) in one container, and for two containers, answered", several))
 			}
 		}
 	}
 
 	started = time.Now()
 	if _, err := r.allocate(ctx, []string{unknownDeviceID}); err != nil {
-		r.record(CheckAllocateUnknown, Pass, started, fmt.Sprintf("Allocate([%s]) refused: %v", unknownDeviceID, err))
+		r.record(CheckAllocateUnknown, Pass, started, fmt.Sprintf("Allocate([%q]) refused: %v", unknownDeviceID, err))
 	} else {
-		r.record(CheckAllocateUnknown, Warn, started, fmt.Sprintf("Allocate([%s]), a device the plugin never listed, succeeded", unknownDeviceID))
+		r.record(CheckAllocateUnknown, Warn, started, fmt.Sprintf("Allocate([%q]), a device the plugin never listed, succeeded", unknownDeviceID))
 	}
 
 	if len(r.responses) == 0 {
@@ -602,10 +607,10 @@ func (r *run) checkPreStart(ctx context.Context) {
 	defer cancel()
 	_, err := r.client.PreStartContainer(ctx, &v1beta1.PreStartContainerRequest{DevicesIds: r.allocated})
 	if err != nil {
-		r.record(CheckPreStart, Fail, started, fmt.Sprintf("PreStartContainer(%v): %v", r.allocated, err))
+		r.record(CheckPreStart, Fail, started, fmt.Sprintf("PreStartContainer(%q): %v", r.allocated, err))
 		return
 	}
-	r.record(CheckPreStart, Pass, started, fmt.Sprintf("PreStartContainer(%v) answered in %s", r.allocated, seconds(time.Since(started))))
+	r.record(CheckPreStart, Pass, started, fmt.Sprintf("PreStartContainer(%q) answered in %s", r.allocated, seconds(time.Since(started))))
 }
 
 func (r *run) checkPreferred(ctx context.Context) {
@@ -633,7 +638,7 @@ func (r *run) checkPreferred(ctx context.Context) {
 	rpcCtx, cancel := context.WithTimeout(ctx, r.t.RPC)
 	defer cancel()
 	resp, err := r.client.GetPreferredAllocation(rpcCtx, &v1beta1.PreferredAllocationRequest{ContainerRequests: []*v1beta1.ContainerPreferredAllocationRequest{req}})
-	describe := fmt.Sprintf("GetPreferredAllocation(available %v, must_include %v, size %d)", req.AvailableDeviceIDs, req.MustIncludeDeviceIDs, req.AllocationSize)
+	describe := fmt.Sprintf("GetPreferredAllocation(available %q, must_include %q, size %d)", req.AvailableDeviceIDs, req.MustIncludeDeviceIDs, req.AllocationSize)
 	switch {
 	case err != nil:
 		why := err.Error()
@@ -654,9 +659,9 @@ func (r *run) checkPreferred(ctx context.Context) {
 		return
 	}
 	got := resp.GetContainerResponses()[0].GetDeviceIDs()
-	r.record(CheckPreferredAnswers, Pass, started, fmt.Sprintf("%s answered %v", describe, got))
+	r.record(CheckPreferredAnswers, Pass, started, fmt.Sprintf("%s answered %q", describe, got))
 	must, size, avail := validatePreferred(req, got)
-	ok := fmt.Sprintf("%s answered %v", describe, got)
+	ok := fmt.Sprintf("%s answered %q", describe, got)
 	r.verdict(CheckPreferredMustInclude, started, prefixAll(describe+": ", must), ok)
 	r.verdict(CheckPreferredSize, started, prefixAll(describe+": ", size), ok)
 	r.verdict(CheckPreferredAvailable, started, prefixAll(describe+": ", avail), ok)
@@ -739,6 +744,16 @@ func (r *run) checkStop() {
 	r.verdict(CheckStop, started, problems, fmt.Sprintf("exited %s after it was asked to stop and removed %s", seconds(time.Since(started)), filepath.Base(socket)))
 }
 
+func controlIDs(devs []*v1beta1.Device) int {
+	n := 0
+	for _, d := range devs {
+		if strings.ContainsFunc(d.GetID(), unicode.IsControl) {
+			n++
+		}
+	}
+	return n
+}
+
 func healthMap(devs []*v1beta1.Device) map[string]string {
 	m := make(map[string]string, len(devs))
 	for _, d := range devs {
@@ -757,7 +772,7 @@ func describeDevices(devs []*v1beta1.Device) string {
 			parts = append(parts, fmt.Sprintf("... (%d in all)", len(devs)))
 			break
 		}
-		parts = append(parts, d.GetID()+"="+d.GetHealth())
+		parts = append(parts, fmt.Sprintf("%q=%s", d.GetID(), d.GetHealth()))
 	}
 	return strings.Join(parts, " ")
 }

@@ -79,8 +79,6 @@ func validateDeviceIDs(devs []*v1beta1.Device) []string {
 			problems = append(problems, fmt.Sprintf("device %d has an empty ID", i))
 		case len(id) > maxDeviceIDLength:
 			problems = append(problems, fmt.Sprintf("ID %q is %d characters long, more than %d", id, len(id), maxDeviceIDLength))
-		case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-			problems = append(problems, fmt.Sprintf("ID %q holds a control character", id))
 		}
 		seen[id]++
 	}

@@ -23,6 +23,7 @@ package testplugin
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -94,6 +95,10 @@ const (
 	DropsDevices Fault = "drops-devices"
 	// DuplicateMount repeats each mount identically (the kubelet merges the repeats).
 	DuplicateMount Fault = "duplicate-mount"
+	// ControlCharIDs names its devices "\x00" to "\x03", as a widely deployed plugin for host
+	// device files does (the kubelet accepts any ID); its paths and CDI names use the hex of the
+	// ID.
+	ControlCharIDs Fault = "control-char-ids"
 	// EnvOnly answers Allocate with environment variables only: no mount, device node or CDI
 	// device.
 	EnvOnly Fault = "env-only"
@@ -133,7 +138,11 @@ func New(dir string, faults ...Fault) *Plugin {
 		p.faults[f] = true
 	}
 	for i := range Devices {
-		p.devices = append(p.devices, &v1beta1.Device{ID: fmt.Sprintf("dev-%d", i), Health: v1beta1.Healthy})
+		id := fmt.Sprintf("dev-%d", i)
+		if p.faults[ControlCharIDs] {
+			id = string(rune(i))
+		}
+		p.devices = append(p.devices, &v1beta1.Device{ID: id, Health: v1beta1.Healthy})
 	}
 	if p.faults[DuplicateIDs] {
 		p.devices = append(p.devices, &v1beta1.Device{ID: "dev-0", Health: v1beta1.Healthy})
@@ -397,6 +406,9 @@ func (p *Plugin) Allocate(_ context.Context, req *v1beta1.AllocateRequest) (*v1b
 		}
 		r := &v1beta1.ContainerAllocateResponse{Envs: map[string]string{"TESTPLUGIN_DEVICES": strings.Join(ids, ",")}}
 		for _, id := range ids {
+			if p.faults[ControlCharIDs] {
+				id = hex.EncodeToString([]byte(id))
+			}
 			dev := &v1beta1.DeviceSpec{ContainerPath: "/dev/testplugin/" + id, HostPath: "/dev/null", Permissions: "rw"}
 			mount := &v1beta1.Mount{ContainerPath: "/var/run/testplugin/" + id, HostPath: "/etc/hostname", ReadOnly: true}
 			cdi := &v1beta1.CDIDevice{Name: "example.com/testplugin=" + id}
