@@ -214,17 +214,20 @@ build: ## Build the binaries into bin/.
 # health, for `make plugin-test`.
 PLUGIN ?=
 HEALTH_CHANGE ?=
+# PLUGIN_TEST_FLAGS are more flags for `kubedevice plugin test`, e.g. --mount-namespace (a plugin
+# that hard-codes /var/lib/kubelet/device-plugins; root) or --strict.
+PLUGIN_TEST_FLAGS ?=
 
 .PHONY: demo
 demo: envtest-assets build ## Run the demo: a local cluster with the agent, controller and Gopher plugin (bin/kubedevice dev; Ctrl-C stops it); PLUGIN='cmd --plugin-dir={plugin-dir}' adds your plugin.
 	$(LOCALBIN)/kubedevice dev $(if $(PLUGIN),--plugin '$(PLUGIN)')
 
 .PHONY: plugin-test
-plugin-test: ## Check the device plugin PLUGIN='cmd --plugin-dir={plugin-dir}' (HEALTH_CHANGE='shell command' optional): a conformance report, JUnit in bin/plugin-test/report.xml.
+plugin-test: ## Check the device plugin PLUGIN='cmd --plugin-dir={plugin-dir}' (HEALTH_CHANGE='shell command' and PLUGIN_TEST_FLAGS='--mount-namespace' optional): a conformance report, JUnit in bin/plugin-test/report.xml.
 	@[ -n "$(PLUGIN)" ] || { echo "make plugin-test needs PLUGIN='<your plugin's command line, with {plugin-dir}>'"; exit 1; }
 	@mkdir -p $(PLUGIN_TEST_BIN)
 	go build -o $(PLUGIN_TEST_BIN)/kubedevice ./cmd/kubedevice
-	$(PLUGIN_TEST_BIN)/kubedevice plugin test --junit $(PLUGIN_TEST_BIN)/report.xml $(if $(HEALTH_CHANGE),--health-change-cmd '$(HEALTH_CHANGE)') -- $(PLUGIN)
+	$(PLUGIN_TEST_BIN)/kubedevice plugin test --junit $(PLUGIN_TEST_BIN)/report.xml $(if $(HEALTH_CHANGE),--health-change-cmd '$(HEALTH_CHANGE)') $(PLUGIN_TEST_FLAGS) -- $(PLUGIN)
 
 IMAGE_BIN_DIR := $(LOCALBIN)/image
 

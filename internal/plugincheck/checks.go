@@ -18,6 +18,7 @@ package plugincheck
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -109,6 +110,8 @@ type Result struct {
 	Outcome  Outcome
 	Evidence []string
 	Duration time.Duration
+	// ended is when the check was judged.
+	ended time.Time
 }
 
 // Report is the outcome of a run.
@@ -121,6 +124,9 @@ type Report struct {
 	Duration time.Duration
 	// Strict counts warnings as failures.
 	Strict bool
+	// Interrupted says the run was interrupted (Ctrl-C): the checks that were running or had not
+	// run are skipped, not failed.
+	Interrupted bool
 }
 
 // Failed says whether any check failed (or warned, when strict).
@@ -162,4 +168,18 @@ func (r *Report) sortResults() {
 		return slices.IndexFunc(AllChecks, func(c Check) bool { return c.ID == res.Check.ID })
 	}
 	slices.SortStableFunc(r.Results, func(a, b Result) int { return index(a) - index(b) })
+}
+
+// markInterrupted skips every check that failed or warned once the run was interrupted at `at`:
+// what the interruption cut short says nothing about the plugin.
+func (r *Report) markInterrupted(at time.Time) {
+	r.Interrupted = true
+	for i := range r.Results {
+		res := &r.Results[i]
+		if res.ended.Before(at) || (res.Outcome != Fail && res.Outcome != Warn) {
+			continue
+		}
+		res.Evidence = []string{"not judged: the run was interrupted while this check ran (it saw: " + strings.Join(res.Evidence, "; ") + ")"}
+		res.Outcome = Skip
+	}
 }

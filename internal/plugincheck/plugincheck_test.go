@@ -253,6 +253,61 @@ func TestUnknownDeviceIsAWarningUnlessStrict(t *testing.T) {
 	}
 }
 
+// A plugin whose socket is not in the checker's directory (it hard-codes the kubelet's) is told
+// why its registration fails, and what to do.
+func TestSocketElsewhereIsExplained(t *testing.T) {
+	t.Parallel()
+	target, hook := testPluginTarget(testplugin.SocketElsewhere)
+	timeouts := fastTimeouts
+	timeouts.Registration = 20 * time.Second // the kubelet's dial back takes 10 s to give up
+	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook, Timeouts: timeouts})
+	want := []string{"registration/registered", "registration/endpoint", "registration/options"}
+	if diff := cmp.Diff(want, notPassed(r)); diff != "" {
+		t.Errorf("checks that did not pass (-want +got):\n%s", diff)
+	}
+	res, _ := r.Result("registration/registered")
+	if !slices.ContainsFunc(res.Evidence, func(e string) bool {
+		return strings.Contains(e, `the plugin's socket "testplugin.sock" is not in the checker's plugin directory`) && strings.Contains(e, "--mount-namespace")
+	}) {
+		t.Errorf("registration/registered does not explain the socket's place: %q", res.Evidence)
+	}
+}
+
+// An interrupted run (Ctrl-C) says so and fails no check: what the interruption cut short says
+// nothing about the plugin.
+func TestInterruptedRunFailsNoCheck(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	target, _ := testPluginTarget()
+	hook := func(ctx context.Context, _ []string) error {
+		cancel() // Ctrl-C while the health change runs
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	opts := plugincheck.Options{Target: target, HealthChange: hook, Strict: true, Timeouts: fastTimeouts}
+	r, err := plugincheck.Run(ctx, opts)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !r.Interrupted {
+		t.Error("Interrupted = false")
+	}
+	if ids := notPassed(r); len(ids) > 0 {
+		t.Errorf("checks failed or warned after the interruption: %v", ids)
+		logReport(t, r)
+	}
+	got := outcomes(r)
+	if got["registration/registered"] != plugincheck.Pass || got["list-and-watch/health-update"] != plugincheck.Skip {
+		t.Errorf("registration/registered = %s, list-and-watch/health-update = %s; want PASS, SKIP", got["registration/registered"], got["list-and-watch/health-update"])
+	}
+	var b bytes.Buffer
+	_ = r.WriteText(&b)
+	if !strings.Contains(b.String(), "INTERRUPTED") {
+		t.Errorf("the report does not say it was interrupted:\n%s", b.String())
+	}
+}
+
 // A GetPreferredAllocation answer without container responses is the kubelet's "no preference":
 // a warning, which fails only with --strict.
 func TestPreferredNoResponseIsAWarningUnlessStrict(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -168,8 +169,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	} else {
 		r.report.Plugin = opts.Socket
 	}
+	var interrupted atomic.Pointer[time.Time]
+	stopWatch := context.AfterFunc(ctx, func() { now := time.Now(); interrupted.Store(&now) })
+	defer stopWatch()
 	r.checkAll(ctx)
 	r.report.sortResults()
+	if at := interrupted.Load(); at != nil {
+		r.report.markInterrupted(*at)
+	}
 	return r.report, nil
 }
 
@@ -224,7 +231,7 @@ func (r *run) record(c Check, o Outcome, started time.Time, evidence ...string) 
 	if o == Warn && r.opts.Strict {
 		evidence = append(evidence, "--strict: this warning fails the run")
 	}
-	res := Result{Check: c, Outcome: o, Evidence: evidence, Duration: time.Since(started)}
+	res := Result{Check: c, Outcome: o, Evidence: evidence, Duration: time.Since(started), ended: time.Now()}
 	r.report.Results = append(r.report.Results, res)
 	if r.opts.Progress != nil {
 		fmt.Fprintf(r.opts.Progress, "%-5s %s (%s)\n", o, c.ID, seconds(res.Duration))
@@ -369,6 +376,9 @@ wait:
 		}
 	}
 	if first.rejected != "" {
+		if hint := r.socketElsewhereHint(req.GetEndpoint()); hint != "" {
+			rejections = append(rejections, hint)
+		}
 		r.record(CheckRegistered, Fail, started, rejections...)
 	} else {
 		r.record(CheckRegistered, Pass, started, append([]string{fmt.Sprintf("registered %s %s after start; the kubelet's dial back and GetDevicePluginOptions worked",
@@ -416,6 +426,24 @@ wait:
 		r.record(CheckOptions, Fail, now, "registered "+describeOptions(reg), "GetDevicePluginOptions answered "+describeOptions(got)+" (what the kubelet uses)")
 	}
 	return true
+}
+
+// socketElsewhereHint explains a registration whose endpoint is not in the checker's directory:
+// the plugin created its socket elsewhere, most often because it hard-codes the kubelet's
+// directory. It returns "" when the socket is where it should be.
+func (r *run) socketElsewhereHint(endpoint string) string {
+	if len(validateEndpoint(endpoint)) > 0 {
+		return ""
+	}
+	if _, err := os.Lstat(filepath.Join(r.dir, endpoint)); err == nil {
+		return ""
+	}
+	hint := fmt.Sprintf("the plugin's socket %q is not in the checker's plugin directory %s", endpoint, r.dir)
+	if _, err := os.Lstat(filepath.Join(KubeletPluginDir, endpoint)); err == nil {
+		hint += fmt.Sprintf(" but in %s", KubeletPluginDir)
+	}
+	return hint + ": the plugin seems to hard-code its directory; run the checker with --mount-namespace (root), which bind-mounts the checker's directory on " +
+		KubeletPluginDir + " for the plugin, or point the plugin at {plugin-dir}"
 }
 
 func describeOptions(o *v1beta1.DevicePluginOptions) string {
@@ -694,7 +722,7 @@ func (r *run) checkReregistration(ctx context.Context) {
 			r.record(CheckReregistration, Fail, started, "the plugin exited after kubelet.sock was created again")
 			return
 		case <-timeout.C:
-			r.record(CheckReregistration, Fail, started, fmt.Sprintf("no Register call within %s of kubelet.sock being created again", r.t.Reregistration))
+			r.record(CheckReregistration, Fail, started, fmt.Sprintf("no Register call within %s of kubelet.sock being created again", seconds(r.t.Reregistration)))
 			return
 		case <-ctx.Done():
 			r.record(CheckReregistration, Fail, started, ctx.Err().Error())
@@ -727,7 +755,7 @@ func (r *run) checkReregistration(ctx context.Context) {
 	}
 	r.stream, r.devices = s, msg.GetDevices()
 	r.record(CheckReregistration, Pass, started, fmt.Sprintf("registered again %s after kubelet.sock was created again (limit %s); ListAndWatch sent %d devices",
-		seconds(took), r.t.Reregistration, len(msg.GetDevices())))
+		seconds(took), seconds(r.t.Reregistration), len(msg.GetDevices())))
 }
 
 func (r *run) checkStop() {

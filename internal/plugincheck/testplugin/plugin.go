@@ -70,6 +70,9 @@ const (
 	EndsStream             Fault = "ends-stream"
 	NoReregistration       Fault = "no-reregistration"
 	LeavesSocket           Fault = "leaves-socket"
+	// SocketElsewhere creates its socket in another directory (<dir>.elsewhere, standing for a
+	// hard-coded /var/lib/kubelet/device-plugins) and registers its file name.
+	SocketElsewhere Fault = "socket-elsewhere"
 	// ConflictingMount puts two mounts with different host paths at one container path.
 	ConflictingMount Fault = "conflicting-mount"
 	// PreferredNoResponse answers GetPreferredAllocation with no container response (the
@@ -154,6 +157,9 @@ func New(dir string, faults ...Fault) *Plugin {
 }
 
 func (p *Plugin) socketPath() string {
+	if p.faults[SocketElsewhere] {
+		return filepath.Join(p.dir+".elsewhere", SocketName)
+	}
 	if p.faults[EndpointInSubdir] {
 		return filepath.Join(p.dir, "sub", SocketName)
 	}
@@ -161,6 +167,9 @@ func (p *Plugin) socketPath() string {
 }
 
 func (p *Plugin) endpoint() string {
+	if p.faults[SocketElsewhere] {
+		return SocketName
+	}
 	rel, _ := filepath.Rel(p.dir, p.socketPath())
 	return rel
 }
@@ -180,6 +189,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 		server.Stop()
 		if !p.faults[LeavesSocket] {
 			_ = os.Remove(p.socketPath())
+		}
+		if p.faults[SocketElsewhere] {
+			_ = os.Remove(filepath.Dir(p.socketPath()))
 		}
 	}()
 	kubelet := filepath.Join(p.dir, "kubelet.sock")
