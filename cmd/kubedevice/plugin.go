@@ -158,6 +158,8 @@ The checker's flags go before --; everything after -- is the plugin's command li
 	f.DurationVar(&opts.Timeouts.Reregistration, "reregistration-timeout", plugincheck.DefaultReregistrationTimeout,
 		"How long after kubelet.sock is created again the plugin has to register again.")
 	f.DurationVar(&opts.Timeouts.Stop, "stop-timeout", plugincheck.DefaultStopTimeout, "How long after SIGTERM the plugin has to exit.")
+	f.DurationVar(&opts.Timeouts.ListSettle, "list-settle", plugincheck.DefaultListSettle,
+		"How long after each of the first ListAndWatch lists another may replace it (the kubelet uses the latest list).")
 	f.DurationVar(&opts.Timeouts.StreamHold, "stream-hold", plugincheck.DefaultStreamHold,
 		"How long each ListAndWatch stream must stay open after it opened (before and after the kubelet restart).")
 	return cmd

@@ -55,7 +55,7 @@ var (
 	CheckOptions = Check{"registration/options",
 		"RegisterRequest.options equal what GetDevicePluginOptions answers: the kubelet ignores the registered options and acts only on GetDevicePluginOptions (kubelet manager.go PluginConnected), so a plugin whose two answers differ does not get what it asked for."}
 	CheckFirstList = Check{"list-and-watch/first-response",
-		"ListAndWatch sends the full device list promptly and keeps the stream open (API: \"ListAndWatch returns a stream of List of Devices\"; the kubelet publishes no capacity before the first message, and its e2e tests expect capacity within 30 s of the plugin's start)."}
+		"ListAndWatch sends the full device list promptly and keeps the stream open (API: \"ListAndWatch returns a stream of List of Devices\"; the kubelet publishes no capacity before the first message, and its e2e tests expect capacity within 30 s of the plugin's start). The kubelet uses the latest list: lists that follow within the settle window (1 s) replace the first, and the other checks judge the settled list (both are in the evidence)."}
 	CheckDeviceIDs = Check{"list-and-watch/device-ids",
 		"Device IDs are non-empty, at most 63 characters, and unique in a list (API Device.ID: \"A unique ID ... Max length of this field is 63 characters\"; the kubelet overwrites duplicates silently). Any characters are accepted, control characters and NUL included, as the kubelet accepts them; the report quotes IDs (%q)."}
 	CheckHealthValues = Check{"list-and-watch/health-values",

@@ -82,7 +82,7 @@ func runTestPluginProcess(faults string) int {
 // 5 s leaves room for a loaded CI machine running the race detector.
 var fastTimeouts = plugincheck.Timeouts{
 	Registration: 5 * time.Second, FirstList: 5 * time.Second, HealthUpdate: 5 * time.Second,
-	Reregistration: 5 * time.Second, Stop: 5 * time.Second, StreamHold: 2 * time.Second,
+	Reregistration: 5 * time.Second, Stop: 5 * time.Second, StreamHold: 2 * time.Second, ListSettle: 300 * time.Millisecond,
 }
 
 // testPluginTarget runs testplugin in this process; its health hook flips dev-0.
@@ -340,6 +340,8 @@ func TestUnusualPluginsPass(t *testing.T) {
 		{testplugin.DuplicateMount, nil, `mount "/var/run/testplugin/dev-0" is listed 2 times, identically`},
 		{testplugin.DropsDevices, nil, `devices removed ("dev-0")`},
 		{testplugin.ControlCharIDs, nil, "4 IDs hold control characters: the kubelet accepts them (quoted here)"},
+		{testplugin.EmptyFirstList, nil, "the checks use the latest list, as the kubelet does"},
+		{testplugin.SlowFirstList, nil, "first list after 1."},
 		{testplugin.EnvOnly, []string{"allocate/permissions", "allocate/duplicates", "allocate/cdi-names"}, "no device node: no permissions to check"},
 	}
 	for _, tc := range tests {

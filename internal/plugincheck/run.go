@@ -52,6 +52,9 @@ type Timeouts struct {
 	Reregistration time.Duration
 	// Stop is how long after SIGTERM the plugin has to exit. Default 10 s.
 	Stop time.Duration
+	// ListSettle is how long the checker waits after each of the first lists for another: the
+	// checks use the list once no other follows within it. Default 1 s.
+	ListSettle time.Duration
 	// StreamHold is how long each ListAndWatch stream must stay open after it opened (and it
 	// must stay open until the checker closes it). Default 10 s.
 	StreamHold time.Duration
@@ -66,6 +69,9 @@ const (
 	DefaultReregistrationTimeout = 30 * time.Second
 	DefaultStopTimeout           = 10 * time.Second
 	DefaultStreamHold            = 10 * time.Second
+	DefaultListSettle            = time.Second
+	// maxSettleMessages bounds how many lists the first list may settle over.
+	maxSettleMessages = 8
 	// preStartTimeout is the kubelet's KubeletPreStartContainerRPCTimeoutInSecs.
 	preStartTimeout = v1beta1.KubeletPreStartContainerRPCTimeoutInSecs * time.Second
 	// unknownDeviceID is what allocate/unknown-device asks for.
@@ -87,6 +93,7 @@ func (t Timeouts) complete() Timeouts {
 	def(&t.Reregistration, DefaultReregistrationTimeout)
 	def(&t.Stop, DefaultStopTimeout)
 	def(&t.StreamHold, DefaultStreamHold)
+	def(&t.ListSettle, DefaultListSettle)
 	return t
 }
 
@@ -466,8 +473,13 @@ func (r *run) checkListAndWatch(ctx context.Context) bool {
 		r.skipAll("no device list", afterRegistration[1:]...)
 		return false
 	}
+	evidence := []string{fmt.Sprintf("first list after %s: %s", seconds(time.Since(started)), describeDevices(msg.GetDevices()))}
 	r.devices = msg.GetDevices()
-	r.record(CheckFirstList, Pass, started, fmt.Sprintf("first list after %s: %s", seconds(time.Since(started)), describeDevices(r.devices)))
+	evidence = append(evidence, r.settle(s, started)...)
+	if len(evidence) > 1 {
+		evidence = append(evidence, fmt.Sprintf("the checks use the latest list, as the kubelet does (lists %s apart or less are taken as one settling list)", seconds(r.t.ListSettle)))
+	}
+	r.record(CheckFirstList, Pass, started, evidence...)
 	now := time.Now()
 	ok := []string{fmt.Sprintf("%d devices, IDs valid and unique", len(r.devices))}
 	if n := controlIDs(r.devices); n > 0 {
@@ -476,6 +488,22 @@ func (r *run) checkListAndWatch(ctx context.Context) bool {
 	r.verdict(CheckDeviceIDs, now, validateDeviceIDs(r.devices), ok...)
 	r.verdict(CheckHealthValues, now, validateHealth(r.devices), "every health is Healthy or Unhealthy")
 	return true
+}
+
+// settle reads the lists that follow the first within the settle window: the kubelet uses the
+// latest list, and a plugin may send an empty list and its full list a moment later. r.devices
+// becomes the latest; it returns a line per list read.
+func (r *run) settle(s *listStream, started time.Time) []string {
+	var evidence []string
+	for range maxSettleMessages {
+		next, err := s.next(r.t.ListSettle)
+		if err != nil {
+			break
+		}
+		r.devices = next.GetDevices()
+		evidence = append(evidence, fmt.Sprintf("then, after %s: %s", seconds(time.Since(started)), describeDevices(r.devices)))
+	}
+	return evidence
 }
 
 func (r *run) healthy() []string {
@@ -754,6 +782,7 @@ func (r *run) checkReregistration(ctx context.Context) {
 		return
 	}
 	r.stream, r.devices = s, msg.GetDevices()
+	r.settle(s, started)
 	r.record(CheckReregistration, Pass, started, fmt.Sprintf("registered again %s after kubelet.sock was created again (limit %s); ListAndWatch sent %d devices",
 		seconds(took), seconds(r.t.Reregistration), len(msg.GetDevices())))
 }

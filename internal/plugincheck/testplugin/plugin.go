@@ -102,6 +102,11 @@ const (
 	// device files does (the kubelet accepts any ID); its paths and CDI names use the hex of the
 	// ID.
 	ControlCharIDs Fault = "control-char-ids"
+	// EmptyFirstList sends an empty list and, a moment later, its full list (as a GPU vendor's
+	// plugin does while it enumerates).
+	EmptyFirstList Fault = "empty-first-list"
+	// SlowFirstList sends its first list 1.5 s after ListAndWatch is called.
+	SlowFirstList Fault = "slow-first-list"
 	// EnvOnly answers Allocate with environment variables only: no mount, device node or CDI
 	// device.
 	EnvOnly Fault = "env-only"
@@ -356,6 +361,15 @@ func (p *Plugin) ListAndWatch(_ *v1beta1.Empty, s v1beta1.DevicePlugin_ListAndWa
 		delete(p.streams, ch)
 		p.mu.Unlock()
 	}()
+	if p.faults[EmptyFirstList] {
+		if err := s.Send(&v1beta1.ListAndWatchResponse{}); err != nil {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if p.faults[SlowFirstList] {
+		time.Sleep(1500 * time.Millisecond)
+	}
 	if !p.faults[SilentList] {
 		if err := s.Send(&v1beta1.ListAndWatchResponse{Devices: first}); err != nil {
 			return err
