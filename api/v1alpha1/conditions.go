@@ -24,7 +24,8 @@ const (
 	NodeDeviceRegistered = "Registered"
 
 	// NodeDeviceHealthy is True when every device of the shard is healthy. Reasons:
-	// ReasonAllDevicesHealthy, ReasonUnhealthyDevices, ReasonPluginDisconnected.
+	// ReasonAllDevicesHealthy, ReasonUnhealthyDevices, ReasonPluginDisconnected,
+	// ReasonDeviceListRejected.
 	NodeDeviceHealthy = "Healthy"
 
 	// NodeDeviceAgentReady is True while the node agent renews its Lease. The agent writes it True
@@ -68,6 +69,10 @@ const (
 	ReasonAllDevicesHealthy = "AllDevicesHealthy"
 	// ReasonUnhealthyDevices: at least one device is unhealthy; the message counts them.
 	ReasonUnhealthyDevices = "UnhealthyDevices"
+	// ReasonDeviceListRejected: the node agent refused the plugin's latest ListAndWatch message as
+	// a whole (the message says why, offending values quoted); the devices listed are those of the
+	// last message it accepted, none if it accepted none.
+	ReasonDeviceListRejected = "DeviceListRejected"
 	// ReasonAgentLeaseValid: the node agent's Lease is being renewed.
 	ReasonAgentLeaseValid = "AgentLeaseValid"
 	// ReasonAgentLeaseExpired: the node agent's Lease expired; the node's kubedevice resources are

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -28,6 +29,9 @@ import (
 
 // errPluginFailed makes `kubedevice plugin test` exit non-zero when a check failed.
 var errPluginFailed = errors.New("the plugin failed conformance checks")
+
+// errInterrupted makes an interrupted run exit non-zero without blaming the plugin.
+var errInterrupted = errors.New("the run was interrupted: the checks it cut short are skipped, not failed")
 
 func newPluginCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -66,11 +70,18 @@ GetPreferredAllocation, registering again after the kubelet restarts, and stoppi
 Given --socket, the checker talks to a plugin that already runs and skips what needs registration.
 
 To check that the plugin reports a health change, give --health-change-cmd: a shell command that
-changes a device's health (KUBEDEVICE_PLUGIN_PID, KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_PLUGIN_SOCKET
-are set). Accepting an unknown device ID is a warning (the kubelet never sends one); --strict
-makes warnings fail. The exit code is 1 when a check failed.`,
-		Example: `  kubedevice plugin test -- bin/gopher-device-plugin --plugin-dir={plugin-dir} --gophers-dir=/tmp/gophers \
-      --health-change-cmd 'echo unhealthy > /tmp/gophers/gopher-0' --junit report.xml
+changes a device's health, or removes a device (KUBEDEVICE_PLUGIN_PID, KUBEDEVICE_PLUGIN_DIR and
+KUBEDEVICE_PLUGIN_SOCKET are set). It runs twice, on the ListAndWatch stream before and on the one
+after the kubelet restart, and must change the devices each time: flip a health, not set it.
+Each stream must stay open --stream-hold (10 s) and until the checker closes it. Accepting an
+unknown device ID, and answering GetPreferredAllocation with no container response, are warnings;
+--strict makes warnings fail. The exit code is 1 when a check failed, and when the run was
+interrupted (Ctrl-C), which fails no check.
+
+The checker's flags go before --; everything after -- is the plugin's command line.`,
+		Example: `  kubedevice plugin test --junit report.xml \
+      --health-change-cmd 'f=/tmp/gophers/gopher-0; grep -q unhealthy $f && echo ok > $f || echo unhealthy > $f' \
+      -- bin/gopher-device-plugin --plugin-dir={plugin-dir} --gophers-dir=/tmp/gophers
   sudo kubedevice plugin test --mount-namespace -- ./my-plugin        # hard-codes /var/lib/kubelet/device-plugins
   kubedevice plugin test --socket /var/lib/kubelet/device-plugins/my.sock`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -80,6 +91,7 @@ makes warnings fail. The exit code is 1 when a check failed.`,
 			case opts.Socket == "" && len(args) == 0:
 				return errors.New("give a plugin command after --, or --socket")
 			case len(args) > 0:
+				warnCheckerFlagsAfterDash(cmd, args)
 				target.Args = args
 				if mountNamespace {
 					target.MountAt = plugincheck.KubeletPluginDir
@@ -101,6 +113,9 @@ makes warnings fail. The exit code is 1 when a check failed.`,
 			if err != nil {
 				return err
 			}
+			if report.Interrupted {
+				defer fmt.Fprintln(cmd.ErrOrStderr(), "kubedevice plugin test: interrupted before the run ended; the report covers what ran")
+			}
 			if err := report.WriteText(cmd.OutOrStdout()); err != nil {
 				return err
 			}
@@ -119,6 +134,9 @@ makes warnings fail. The exit code is 1 when a check failed.`,
 			}
 			if report.Failed() {
 				return errPluginFailed
+			}
+			if report.Interrupted {
+				return errInterrupted
 			}
 			return nil
 		},
@@ -140,5 +158,22 @@ makes warnings fail. The exit code is 1 when a check failed.`,
 	f.DurationVar(&opts.Timeouts.Reregistration, "reregistration-timeout", plugincheck.DefaultReregistrationTimeout,
 		"How long after kubelet.sock is created again the plugin has to register again.")
 	f.DurationVar(&opts.Timeouts.Stop, "stop-timeout", plugincheck.DefaultStopTimeout, "How long after SIGTERM the plugin has to exit.")
+	f.DurationVar(&opts.Timeouts.ListSettle, "list-settle", plugincheck.DefaultListSettle,
+		"How long after each of the first ListAndWatch lists another may replace it (the kubelet uses the latest list).")
+	f.DurationVar(&opts.Timeouts.StreamHold, "stream-hold", plugincheck.DefaultStreamHold,
+		"How long each ListAndWatch stream must stay open after it opened (before and after the kubelet restart).")
 	return cmd
+}
+
+// warnCheckerFlagsAfterDash warns about arguments after -- that look like the checker's own
+// flags: they reach the plugin, which may die with "unknown flag". --plugin-dir is left out: it is
+// the plugin's own flag in the usual command line (--plugin-dir={plugin-dir}).
+func warnCheckerFlagsAfterDash(cmd *cobra.Command, args []string) {
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "--") || name == "plugin-dir" || cmd.Flags().Lookup(name) == nil {
+			continue
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s comes after --, so it goes to the plugin, not the checker; put the checker's flags before --\n", a)
+	}
 }

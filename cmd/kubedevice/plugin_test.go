@@ -148,3 +148,21 @@ func TestPluginTestArguments(t *testing.T) {
 		}
 	}
 }
+
+// A checker flag after -- reaches the plugin: the checker says so.
+func TestPluginTestWarnsAboutCheckerFlagsAfterDash(t *testing.T) {
+	cmd := newRootCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"plugin", "test", "--registration-timeout=200ms", "--", "true", "--plugin-dir={plugin-dir}", "--junit", "r.xml", "--strict"})
+	_ = cmd.Execute()
+	for _, want := range []string{"warning: --junit comes after --", "warning: --strict comes after --"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "warning: --plugin-dir") {
+		t.Errorf("--plugin-dir={plugin-dir} is the plugin's own flag, not worth a warning:\n%s", out.String())
+	}
+}

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -105,8 +104,8 @@ func validateDeviceList(devs []*pluginapi.Device) (string, error) {
 			return invalidEmptyID, fmt.Errorf("device %d has an empty ID", i)
 		case len(id) > MaxDeviceIDLength:
 			return invalidIDTooLong, fmt.Errorf("device %d has an ID of %d bytes, more than the limit of %d", i, len(id), MaxDeviceIDLength)
-		case !validIDCharacters(id):
-			return invalidIDCharacters, fmt.Errorf("device %d has ID %q with control characters or invalid UTF-8", i, id)
+		case !validIDEncoding(id):
+			return invalidIDCharacters, fmt.Errorf("device %d has ID %q, which is not valid UTF-8: the API objects that carry device IDs are JSON and cannot hold it", i, id)
 		}
 		if _, dup := seen[id]; dup {
 			return invalidDuplicateID, fmt.Errorf("device ID %q is listed more than once", id)
@@ -116,16 +115,12 @@ func validateDeviceList(devs []*pluginapi.Device) (string, error) {
 	return "", nil
 }
 
-func validIDCharacters(id string) bool {
-	if !utf8.ValidString(id) {
-		return false
-	}
-	for _, r := range id {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
+// validIDEncoding says whether a device ID can be carried: any valid UTF-8, control characters
+// (NUL included) among them, as the kubelet accepts any ID. Invalid UTF-8 is refused: NodeDevice,
+// DeviceAllocation and the checkpoint are JSON, where it would turn into U+FFFD and no longer
+// name the plugin's device (the kubelet's own checkpoint has the same loss).
+func validIDEncoding(id string) bool {
+	return utf8.ValidString(id)
 }
 
 // device is the manager's record of one device.
@@ -212,6 +207,21 @@ type resourceState struct {
 	// reported is set by the first accepted ListAndWatch message: a plugin
 	// that has not reported yet is not known to have no healthy device.
 	reported bool
+	// rejected is why the latest ListAndWatch message was refused; nil once
+	// a message is accepted.
+	rejected *ListRejection
+}
+
+// ListRejection is why the agent refused a plugin's ListAndWatch message as
+// a whole (and kept the devices of the last accepted one).
+type ListRejection struct {
+	// Reason is the reason label of
+	// kubedevice_device_plugin_invalid_updates_total (InvalidDeviceID, ...).
+	Reason string
+	// Message says what is wrong, offending values quoted (%q).
+	Message string
+	// At is when the message was refused.
+	At time.Time
 }
 
 func newResourceState(name string) *resourceState {

@@ -22,7 +22,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-logr/logr"
@@ -46,8 +45,8 @@ func listAndWatchSeed(f *testing.F, devs ...*pluginapi.Device) {
 
 // wantAccepted is the documented rule for a ListAndWatch message, written out
 // independently of validateDeviceList: at most MaxDevicesPerResource devices,
-// each ID non-empty, at most MaxDeviceIDLength bytes, valid UTF-8 without
-// control characters, and no ID twice.
+// each ID non-empty, at most MaxDeviceIDLength bytes, valid UTF-8 (control
+// characters, NUL included, are accepted, as by the kubelet), and no ID twice.
 func wantAccepted(devs []*pluginapi.Device) bool {
 	if len(devs) > MaxDevicesPerResource {
 		return false
@@ -55,8 +54,7 @@ func wantAccepted(devs []*pluginapi.Device) bool {
 	ids := map[string]bool{}
 	for _, d := range devs {
 		id := d.GetID()
-		if id == "" || len(id) > MaxDeviceIDLength || !utf8.ValidString(id) || ids[id] ||
-			strings.ContainsFunc(id, unicode.IsControl) {
+		if id == "" || len(id) > MaxDeviceIDLength || !utf8.ValidString(id) || ids[id] {
 			return false
 		}
 		ids[id] = true
@@ -103,10 +101,17 @@ func FuzzListAndWatchMessage(f *testing.F) {
 		}
 		devs := resp.GetDevices()
 		if !wantAccepted(devs) {
+			if after.Rejected == nil {
+				t.Fatal("a rejected message is not shown in the snapshot's Rejected")
+			}
+			after.Rejected = before.Rejected
 			if diff := cmp.Diff(before, after); diff != "" {
 				t.Fatalf("rejected message changed the resource (-before +after):\n%s", diff)
 			}
 			return
+		}
+		if after.Rejected != nil {
+			t.Fatalf("an accepted message left Rejected = %+v", after.Rejected)
 		}
 		if len(after.Devices) != len(devs) || after.Capacity != len(devs) {
 			t.Fatalf("accepted %d devices, snapshot has %d (capacity %d)", len(devs), len(after.Devices), after.Capacity)
@@ -124,7 +129,7 @@ func FuzzListAndWatchMessage(f *testing.F) {
 			if in == nil {
 				t.Fatalf("device %q was not reported", d.ID)
 			}
-			if len(d.ID) > MaxDeviceIDLength || strings.ContainsFunc(d.ID, unicode.IsControl) {
+			if len(d.ID) > MaxDeviceIDLength || !utf8.ValidString(d.ID) {
 				t.Fatalf("accepted invalid ID %q", d.ID)
 			}
 			wantHealth := Unhealthy

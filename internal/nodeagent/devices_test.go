@@ -51,8 +51,8 @@ func TestValidateDeviceList(t *testing.T) {
 		"duplicate ID":           {devs: dev("a", "b", "a"), wantReason: invalidDuplicateID},
 		"empty ID":               {devs: dev("a", ""), wantReason: invalidEmptyID},
 		"ID too long":            {devs: dev(strings.Repeat("x", 254)), wantReason: invalidIDTooLong},
-		"control character":      {devs: dev("a\nb"), wantReason: invalidIDCharacters},
-		"NUL":                    {devs: dev("a\x00"), wantReason: invalidIDCharacters},
+		"control characters":     {devs: dev("a\nb", "\x01", "\x7f", "\u0085")}, // the kubelet accepts any ID
+		"NUL":                    {devs: dev("\x00", "a\x00")},
 		"invalid UTF-8":          {devs: dev("a\xff"), wantReason: invalidIDCharacters},
 		"too many devices":       {devs: dev(many[:MaxDevicesPerResource+1]...), wantReason: invalidTooManyDevices},
 		"exactly the most":       {devs: dev(many[:MaxDevicesPerResource]...)},
@@ -80,10 +80,11 @@ func TestInvalidListAndWatchMessageRejected(t *testing.T) {
 	tm.waitCounts(t, map[string]string{testResource: "2/2"})
 
 	bad := map[string][]*pluginapi.Device{
-		invalidDuplicateID:  {dptest.Device("a", pluginapi.Healthy), dptest.Device("a", pluginapi.Unhealthy), dptest.Device("c", pluginapi.Healthy)},
-		invalidEmptyID:      {dptest.Device("", pluginapi.Healthy)},
-		invalidIDTooLong:    {dptest.Device(strings.Repeat("x", 300), pluginapi.Healthy)},
-		invalidIDCharacters: {dptest.Device("a\tb", pluginapi.Healthy)},
+		invalidDuplicateID: {dptest.Device("a", pluginapi.Healthy), dptest.Device("a", pluginapi.Unhealthy), dptest.Device("c", pluginapi.Healthy)},
+		invalidEmptyID:     {dptest.Device("", pluginapi.Healthy)},
+		invalidIDTooLong:   {dptest.Device(strings.Repeat("x", 300), pluginapi.Healthy)},
+		// InvalidDeviceID (invalid UTF-8) cannot be sent: protobuf refuses to marshal it, and the
+		// kubelet's gRPC client would refuse to unmarshal it (TestValidateDeviceList covers it).
 	}
 	for reason, devs := range bad {
 		t.Run(reason, func(t *testing.T) {
@@ -98,10 +99,46 @@ func TestInvalidListAndWatchMessageRejected(t *testing.T) {
 			if diff := cmp.Diff(map[string]string{testResource: "2/2"}, tm.counts()); diff != "" {
 				t.Errorf("the previous devices must stay (-want +got):\n%s", diff)
 			}
+			// The refusal is in the snapshot, for the NodeDevice's condition.
+			dptest.Eventually(t, waitTimeout, func() error {
+				snap, _ := tm.Snapshot(testResource)
+				if snap.Rejected == nil || snap.Rejected.Reason != reason || snap.Rejected.Message == "" {
+					return fmt.Errorf("snapshot's Rejected = %+v, want reason %s", snap.Rejected, reason)
+				}
+				return nil
+			})
 		})
 	}
 	p.Update([]*pluginapi.Device{dptest.Device("c", pluginapi.Healthy)})
 	tm.waitCounts(t, map[string]string{testResource: "1/1"})
+	if snap, _ := tm.Snapshot(testResource); snap.Rejected != nil {
+		t.Errorf("snapshot's Rejected = %+v after an accepted message, want nil", snap.Rejected)
+	}
+}
+
+// The kubelet accepts any device ID: control characters, NUL included, are
+// carried as the plugin's exact bytes, and Allocate sends them back.
+func TestControlCharacterDeviceIDs(t *testing.T) {
+	tm := newTestManager(t, true)
+	ids := []string{"\x00", "\x01", "\n", "\x1f"}
+	var devs []*pluginapi.Device
+	for _, id := range ids {
+		devs = append(devs, dptest.Device(id, pluginapi.Healthy))
+	}
+	p := newPlugin(t, tm.dir, "p.sock", testResource, devs...)
+	mustRegister(t, p, tm.SocketPath())
+	tm.waitCounts(t, map[string]string{testResource: "4/4"})
+	snap, _ := tm.Snapshot(testResource)
+	var got []string
+	for _, d := range snap.Devices {
+		got = append(got, d.ID)
+	}
+	if diff := cmp.Diff([]string{"\x00", "\x01", "\n", "\x1f"}, got); diff != "" {
+		t.Errorf("snapshot device IDs (-want +got):\n%s", diff)
+	}
+	if snap.Rejected != nil {
+		t.Errorf("Rejected = %+v, want nil", snap.Rejected)
+	}
 }
 
 // A message over the receive limit ends the stream; it is counted, and the

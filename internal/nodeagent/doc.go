@@ -43,9 +43,12 @@ limitations under the License.
 // time and NUMA nodes; the healthy and unhealthy ID sets; the endpoints and
 // the primary one; the plugin state (Registered / Disconnected, since when).
 // Timestamps come from Config.Clock. A ListAndWatch message with empty,
-// duplicate, too long (> 253 bytes) or control-character IDs, or more than
+// duplicate, too long (> 253 bytes) or invalid UTF-8 IDs, or more than
 // 32,768 devices (MaxDevicesPerResource), is rejected whole (the previous set
-// is kept), logged and counted in kubedevice_device_plugin_invalid_updates_total.
+// is kept), logged, counted in kubedevice_device_plugin_invalid_updates_total
+// and shown in the resource's snapshot (Rejected) until a message is accepted.
+// IDs with control characters, NUL included, are accepted, as the kubelet
+// accepts them, and carried as the plugin's exact bytes.
 //
 // Readers: GetAllocatableDevices (healthy devices with topology, for the
 // PodResources API), Snapshot/Snapshots (read-only copies for the NodeDevice

@@ -352,7 +352,7 @@ func (m *Manager) RestoreRegisteredResources(registered map[string][]string) {
 		r.state, r.stateSince = PluginDisconnected, now
 		r.awaiting = make(map[string]*device, len(ids))
 		for _, id := range ids {
-			if id == "" || len(id) > MaxDeviceIDLength || !validIDCharacters(id) {
+			if id == "" || len(id) > MaxDeviceIDLength || !validIDEncoding(id) {
 				continue
 			}
 			r.awaiting[id] = &device{
@@ -551,10 +551,10 @@ func (m *Manager) pluginConnected(ctx context.Context, p registration.DevicePlug
 func (m *Manager) pluginListAndWatchReceiver(ctx context.Context, p registration.DevicePlugin, resp *pluginapi.ListAndWatchResponse) {
 	logger := klog.FromContext(ctx)
 	name, devs := p.Resource(), resp.GetDevices()
-	if reason, err := validateDeviceList(devs); err != nil {
+	reason, invalid := validateDeviceList(devs)
+	if invalid != nil {
 		m.metrics.invalidUpdates.WithLabelValues(name, reason).Inc()
-		logger.Error(err, "Rejected ListAndWatch message from device plugin; keeping the previous devices", "reason", reason)
-		return
+		logger.Error(invalid, "Rejected ListAndWatch message from device plugin; keeping the previous devices", "reason", reason)
 	}
 
 	m.mu.Lock()
@@ -564,9 +564,18 @@ func (m *Manager) pluginListAndWatchReceiver(ctx context.Context, p registration
 		logger.V(2).Info("Ignoring ListAndWatch message from a connection that is no longer registered")
 		return
 	}
+	if invalid != nil {
+		// Shown on the resource's NodeDevice (condition Healthy) until a message is accepted.
+		r.rejected = &ListRejection{Reason: reason, Message: invalid.Error(), At: m.clock.Now()}
+		m.notifyLocked(name)
+		m.mu.Unlock()
+		return
+	}
 	before := r.registeredIDs()
 	first := !r.reported
-	if r.applyDevices(devs, m.clock.Now(), func(id string) bool { return m.holderLocked(name, id) != nil }) {
+	wasRejected := r.rejected != nil
+	r.rejected = nil
+	if r.applyDevices(devs, m.clock.Now(), func(id string) bool { return m.holderLocked(name, id) != nil }) || wasRejected {
 		m.metrics.setResource(r)
 		m.notifyLocked(name)
 	}

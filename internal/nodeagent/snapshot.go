@@ -79,6 +79,9 @@ type ResourceSnapshot struct {
 	// ServedByDRA: the resource's devices are prepared for DRA
 	// ResourceClaims, not allocated to pods (Config.ServedByDRA).
 	ServedByDRA bool
+	// Rejected is why the plugin's latest ListAndWatch message was refused,
+	// nil when it was accepted: Devices are those of the last accepted one.
+	Rejected *ListRejection
 }
 
 // PluginOptions are the options a plugin returned from GetDevicePluginOptions.
@@ -116,6 +119,7 @@ func (m *Manager) snapshotLocked(r *resourceState) ResourceSnapshot {
 		Capacity:     r.healthy.Len() + r.unhealthy.Len(),
 		Allocatable:  m.allocatableCountLocked(r),
 		ServedByDRA:  m.ServedByDRA(r.name),
+		Rejected:     r.rejected,
 		Options: PluginOptions{
 			PreStartRequired:                r.primary.opts().GetPreStartRequired(),
 			GetPreferredAllocationAvailable: r.primary.opts().GetGetPreferredAllocationAvailable(),

@@ -16,7 +16,11 @@ limitations under the License.
 
 package plugincheck
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+)
 
 // Outcome is how a check ended.
 type Outcome string
@@ -51,9 +55,9 @@ var (
 	CheckOptions = Check{"registration/options",
 		"RegisterRequest.options equal what GetDevicePluginOptions answers: the kubelet ignores the registered options and acts only on GetDevicePluginOptions (kubelet manager.go PluginConnected), so a plugin whose two answers differ does not get what it asked for."}
 	CheckFirstList = Check{"list-and-watch/first-response",
-		"ListAndWatch sends the full device list promptly and keeps the stream open (API: \"ListAndWatch returns a stream of List of Devices\"; the kubelet publishes no capacity before the first message, and its e2e tests expect capacity within 30 s of the plugin's start)."}
+		"ListAndWatch sends the full device list promptly and keeps the stream open (API: \"ListAndWatch returns a stream of List of Devices\"; the kubelet publishes no capacity before the first message, and its e2e tests expect capacity within 30 s of the plugin's start). The kubelet uses the latest list: lists that follow within the settle window (1 s) replace the first, and the other checks judge the settled list (both are in the evidence)."}
 	CheckDeviceIDs = Check{"list-and-watch/device-ids",
-		"Device IDs are non-empty, at most 63 characters, without control characters, and unique in a list (API Device.ID: \"A unique ID ... Max length of this field is 63 characters\"; the kubelet overwrites duplicates silently)."}
+		"Device IDs are non-empty, at most 63 characters, and unique in a list (API Device.ID: \"A unique ID ... Max length of this field is 63 characters\"; the kubelet overwrites duplicates silently). Any characters are accepted, control characters and NUL included, as the kubelet accepts them; the report quotes IDs (%q)."}
 	CheckHealthValues = Check{"list-and-watch/health-values",
 		"Device.health is \"Healthy\" or \"Unhealthy\" (API constants.go), and NUMA node IDs are not negative: the kubelet treats any other health string as unhealthy."}
 	CheckAllocateEach = Check{"allocate/each-device",
@@ -67,13 +71,13 @@ var (
 	CheckPermissions = Check{"allocate/permissions",
 		"DeviceSpec.permissions are one or more of r, w, m, each once (API DeviceSpec: \"Cgroups permissions of the device, candidates are one or more of r, w, m\")."}
 	CheckDuplicates = Check{"allocate/duplicates",
-		"A container response lists each mount and device container path and each CDI device once: the kubelet keeps the first and drops the others (kubelet pod_devices.go deviceRunContainerOptions)."}
+		"A container response puts one thing at each container path: the kubelet keys mounts and device nodes by container path and keeps the first it meets (in random order across resources), only logging a different host path or permissions (kubelet pod_devices.go deviceRunContainerOptions), so a conflict fails. Identical repeats (one device node shared by several device IDs) and repeated CDI names are merged and pass."}
 	CheckCDINames = Check{"allocate/cdi-names",
 		"CDI device names are fully qualified, vendor.com/class=name, per the CDI specification (API CDIDevice.name: \"Fully qualified CDI device name\")."}
 	CheckPreStart = Check{"pre-start-container",
 		"A plugin whose options say PreStartRequired answers PreStartContainer for allocated devices within 30 s (API: PreStartContainer \"is called, if indicated by Device Plugin ... before each container start\"; the kubelet fails the container's start on an error, with a 30 s deadline, KubeletPreStartContainerRPCTimeoutInSecs)."}
 	CheckPreferredAnswers = Check{"preferred-allocation/answers",
-		"A plugin whose options say GetPreferredAllocationAvailable answers GetPreferredAllocation with one response per container request: the kubelet fails the whole allocation when the call fails (kubelet manager.go callGetPreferredAllocationIfAvailable, \"device plugin GetPreferredAllocation rpc failed\")."}
+		"A plugin whose options say GetPreferredAllocationAvailable answers GetPreferredAllocation with one response per container request: the kubelet fails the whole allocation when the call fails (kubelet manager.go callGetPreferredAllocationIfAvailable, \"device plugin GetPreferredAllocation rpc failed\"). An answer with no container response is no preference to the kubelet (it fills the allocation itself): a warning, a failure with --strict."}
 	CheckPreferredMustInclude = Check{"preferred-allocation/must-include",
 		"The preferred allocation includes every must_include device (API PreferredAllocationRequest: \"making sure to include the set of devices listed in 'must_include_deviceIDs'\")."}
 	CheckPreferredSize = Check{"preferred-allocation/size",
@@ -81,9 +85,9 @@ var (
 	CheckPreferredAvailable = Check{"preferred-allocation/available",
 		"The preferred allocation holds only available devices (API: \"take the list of available_deviceIDs and calculate a preferred allocation ... from them\"; the kubelet ignores the others)."}
 	CheckHealthUpdate = Check{"list-and-watch/health-update",
-		"When a device's health changes, ListAndWatch sends the new full list (API: \"Whenever a Device state change or a Device disappears, ListAndWatch returns the new list\"; each message replaces the resource's whole device set in the kubelet)."}
+		"When a device's state changes, ListAndWatch sends the new full list (API: \"Whenever a Device state change or a Device disappears, ListAndWatch returns the new list\"; each message replaces the resource's whole device set in the kubelet): a changed health, or a list without the removed device (or with an added one), both pass, and the evidence says which. A list that changes a health and lacks other devices is a partial list and fails. The health change hook runs on the first stream and again on the stream after the kubelet restart, and must change the devices each time."}
 	CheckStreamOpen = Check{"list-and-watch/stream-open",
-		"The ListAndWatch stream stays open while the plugin runs: the kubelet never calls ListAndWatch again, and the resource's devices turn unhealthy until the plugin registers again (kubelet client.go Run, \"ListAndWatch ended unexpectedly\")."}
+		"Each ListAndWatch stream stays open while the plugin runs, held at least the stated time (10 s by default) and until the kubelet closes it, before and after the kubelet restart: the kubelet never calls ListAndWatch again, and the resource's devices turn unhealthy the moment the stream ends, until the plugin registers again (kubelet client.go Run, \"ListAndWatch ended unexpectedly\")."}
 	CheckReregistration = Check{"registration/after-kubelet-restart",
 		"After the kubelet restarts (it removes every socket in the plugin directory, CleanupPluginDirectory, and creates kubelet.sock again), the plugin registers again and serves ListAndWatch within the stated time (30 s by default: the kubelet's e2e tests expect capacity back within 30 s of a kubelet restart)."}
 	CheckStop = Check{"stop/socket-removed",
@@ -106,6 +110,8 @@ type Result struct {
 	Outcome  Outcome
 	Evidence []string
 	Duration time.Duration
+	// ended is when the check was judged.
+	ended time.Time
 }
 
 // Report is the outcome of a run.
@@ -118,6 +124,9 @@ type Report struct {
 	Duration time.Duration
 	// Strict counts warnings as failures.
 	Strict bool
+	// Interrupted says the run was interrupted (Ctrl-C): the checks that were running or had not
+	// run are skipped, not failed.
+	Interrupted bool
 }
 
 // Failed says whether any check failed (or warned, when strict).
@@ -149,4 +158,28 @@ func (r *Report) Result(id string) (Result, bool) {
 		}
 	}
 	return Result{}, false
+}
+
+// sortResults puts the results in the order of AllChecks: some checks are judged over the whole
+// run (list-and-watch/health-update and stream-open, before and after the kubelet restart) and end
+// after checks listed later.
+func (r *Report) sortResults() {
+	index := func(res Result) int {
+		return slices.IndexFunc(AllChecks, func(c Check) bool { return c.ID == res.Check.ID })
+	}
+	slices.SortStableFunc(r.Results, func(a, b Result) int { return index(a) - index(b) })
+}
+
+// markInterrupted skips every check that failed or warned once the run was interrupted at `at`:
+// what the interruption cut short says nothing about the plugin.
+func (r *Report) markInterrupted(at time.Time) {
+	r.Interrupted = true
+	for i := range r.Results {
+		res := &r.Results[i]
+		if res.ended.Before(at) || (res.Outcome != Fail && res.Outcome != Warn) {
+			continue
+		}
+		res.Evidence = []string{"not judged: the run was interrupted while this check ran (it saw: " + strings.Join(res.Evidence, "; ") + ")"}
+		res.Outcome = Skip
+	}
 }

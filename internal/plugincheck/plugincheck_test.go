@@ -82,7 +82,7 @@ func runTestPluginProcess(faults string) int {
 // 5 s leaves room for a loaded CI machine running the race detector.
 var fastTimeouts = plugincheck.Timeouts{
 	Registration: 5 * time.Second, FirstList: 5 * time.Second, HealthUpdate: 5 * time.Second,
-	Reregistration: 5 * time.Second, Stop: 5 * time.Second,
+	Reregistration: 5 * time.Second, Stop: 5 * time.Second, StreamHold: 2 * time.Second, ListSettle: 300 * time.Millisecond,
 }
 
 // testPluginTarget runs testplugin in this process; its health hook flips dev-0.
@@ -178,32 +178,38 @@ func TestEachCheckCatchesItsBrokenPlugin(t *testing.T) {
 		fault testplugin.Fault
 		// notPassed are the checks that must fail or warn, and no other.
 		notPassed []string
+		// noHook runs without a health change hook: the fault's timing would race with it.
+		noHook bool
 	}{
-		{testplugin.NeverRegisters, []string{"registration/registered"}},
-		{testplugin.BadVersion, []string{"registration/registered", "registration/version"}},
-		{testplugin.BadResourceName, []string{"registration/registered", "registration/resource-name"}},
-		{testplugin.EndpointInSubdir, []string{"registration/endpoint"}},
-		{testplugin.OptionsMismatch, []string{"registration/options"}},
-		{testplugin.SilentList, []string{"list-and-watch/first-response"}},
-		{testplugin.DuplicateIDs, []string{"list-and-watch/device-ids"}},
-		{testplugin.BadHealth, []string{"list-and-watch/health-values"}},
-		{testplugin.AllocateNoResponse, []string{"allocate/each-device", "allocate/several"}},
-		{testplugin.AllocateOneDevice, []string{"allocate/several"}},
-		{testplugin.AcceptsUnknown, []string{"allocate/unknown-device"}},
-		{testplugin.RelativePath, []string{"allocate/paths"}},
-		{testplugin.BadPermissions, []string{"allocate/permissions"}},
-		{testplugin.DuplicateMount, []string{"allocate/duplicates"}},
-		{testplugin.BadCDIName, []string{"allocate/cdi-names"}},
-		{testplugin.PreStartUnimplemented, []string{"pre-start-container"}},
-		{testplugin.PreferredUnimplemented, []string{"preferred-allocation/answers"}},
-		{testplugin.PreferredNoMustInclude, []string{"preferred-allocation/must-include"}},
-		{testplugin.PreferredWrongSize, []string{"preferred-allocation/size"}},
-		{testplugin.PreferredUnavailable, []string{"preferred-allocation/available"}},
-		{testplugin.NoHealthUpdate, []string{"list-and-watch/health-update"}},
-		{testplugin.PartialHealthUpdate, []string{"list-and-watch/health-update"}},
-		{testplugin.EndsStream, []string{"list-and-watch/health-update", "list-and-watch/stream-open"}},
-		{testplugin.NoReregistration, []string{"registration/after-kubelet-restart"}},
-		{testplugin.LeavesSocket, []string{"stop/socket-removed"}},
+		{testplugin.NeverRegisters, []string{"registration/registered"}, false},
+		{testplugin.BadVersion, []string{"registration/registered", "registration/version"}, false},
+		{testplugin.BadResourceName, []string{"registration/registered", "registration/resource-name"}, false},
+		{testplugin.EndpointInSubdir, []string{"registration/endpoint"}, false},
+		{testplugin.OptionsMismatch, []string{"registration/options"}, false},
+		{testplugin.SilentList, []string{"list-and-watch/first-response"}, false},
+		{testplugin.DuplicateIDs, []string{"list-and-watch/device-ids"}, false},
+		{testplugin.BadHealth, []string{"list-and-watch/health-values"}, false},
+		{testplugin.AllocateNoResponse, []string{"allocate/each-device", "allocate/several"}, false},
+		{testplugin.AllocateOneDevice, []string{"allocate/several"}, false},
+		{testplugin.AcceptsUnknown, []string{"allocate/unknown-device"}, false},
+		{testplugin.RelativePath, []string{"allocate/paths"}, false},
+		{testplugin.BadPermissions, []string{"allocate/permissions"}, false},
+		{testplugin.ConflictingMount, []string{"allocate/duplicates"}, false},
+		{testplugin.BadCDIName, []string{"allocate/cdi-names"}, false},
+		{testplugin.PreStartUnimplemented, []string{"pre-start-container"}, false},
+		{testplugin.PreferredUnimplemented, []string{"preferred-allocation/answers"}, false},
+		{testplugin.PreferredNoResponse, []string{"preferred-allocation/answers"}, false},
+		{testplugin.PreferredNoMustInclude, []string{"preferred-allocation/must-include"}, false},
+		{testplugin.PreferredWrongSize, []string{"preferred-allocation/size"}, false},
+		{testplugin.PreferredUnavailable, []string{"preferred-allocation/available"}, false},
+		{testplugin.NoHealthUpdate, []string{"list-and-watch/health-update"}, false},
+		{testplugin.PartialHealthUpdate, []string{"list-and-watch/health-update"}, false},
+		{testplugin.EndsStream, []string{"list-and-watch/health-update", "list-and-watch/stream-open"}, false},
+		{testplugin.SlowEndStream, []string{"list-and-watch/stream-open"}, true},
+		{testplugin.EndsStreamAfterRestart, []string{"list-and-watch/health-update", "list-and-watch/stream-open"}, false},
+		{testplugin.StaleStreamAfterRestart, []string{"list-and-watch/health-update"}, false},
+		{testplugin.NoReregistration, []string{"registration/after-kubelet-restart"}, false},
+		{testplugin.LeavesSocket, []string{"stop/socket-removed"}, false},
 	}
 	caught := map[string]bool{}
 	for _, tc := range tests {
@@ -220,6 +226,9 @@ func TestEachCheckCatchesItsBrokenPlugin(t *testing.T) {
 		t.Run(string(tc.fault), func(t *testing.T) {
 			t.Parallel()
 			target, hook := testPluginTarget(tc.fault)
+			if tc.noHook {
+				hook = nil
+			}
 			r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook, Strict: true})
 			if diff := cmp.Diff(tc.notPassed, notPassed(r)); diff != "" {
 				t.Errorf("checks that did not pass (-want +got):\n%s", diff)
@@ -241,6 +250,124 @@ func TestUnknownDeviceIsAWarningUnlessStrict(t *testing.T) {
 	}
 	if r.Failed() {
 		t.Error("Failed() = true without --strict for a warning only")
+	}
+}
+
+// A plugin whose socket is not in the checker's directory (it hard-codes the kubelet's) is told
+// why its registration fails, and what to do.
+func TestSocketElsewhereIsExplained(t *testing.T) {
+	t.Parallel()
+	target, hook := testPluginTarget(testplugin.SocketElsewhere)
+	timeouts := fastTimeouts
+	timeouts.Registration = 20 * time.Second // the kubelet's dial back takes 10 s to give up
+	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook, Timeouts: timeouts})
+	want := []string{"registration/registered", "registration/endpoint", "registration/options"}
+	if diff := cmp.Diff(want, notPassed(r)); diff != "" {
+		t.Errorf("checks that did not pass (-want +got):\n%s", diff)
+	}
+	res, _ := r.Result("registration/registered")
+	if !slices.ContainsFunc(res.Evidence, func(e string) bool {
+		return strings.Contains(e, `the plugin's socket "testplugin.sock" is not in the checker's plugin directory`) && strings.Contains(e, "--mount-namespace")
+	}) {
+		t.Errorf("registration/registered does not explain the socket's place: %q", res.Evidence)
+	}
+}
+
+// An interrupted run (Ctrl-C) says so and fails no check: what the interruption cut short says
+// nothing about the plugin.
+func TestInterruptedRunFailsNoCheck(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	target, _ := testPluginTarget()
+	hook := func(ctx context.Context, _ []string) error {
+		cancel() // Ctrl-C while the health change runs
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	opts := plugincheck.Options{Target: target, HealthChange: hook, Strict: true, Timeouts: fastTimeouts}
+	r, err := plugincheck.Run(ctx, opts)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !r.Interrupted {
+		t.Error("Interrupted = false")
+	}
+	if ids := notPassed(r); len(ids) > 0 {
+		t.Errorf("checks failed or warned after the interruption: %v", ids)
+		logReport(t, r)
+	}
+	got := outcomes(r)
+	if got["registration/registered"] != plugincheck.Pass || got["list-and-watch/health-update"] != plugincheck.Skip {
+		t.Errorf("registration/registered = %s, list-and-watch/health-update = %s; want PASS, SKIP", got["registration/registered"], got["list-and-watch/health-update"])
+	}
+	var b bytes.Buffer
+	_ = r.WriteText(&b)
+	if !strings.Contains(b.String(), "INTERRUPTED") {
+		t.Errorf("the report does not say it was interrupted:\n%s", b.String())
+	}
+}
+
+// A GetPreferredAllocation answer without container responses is the kubelet's "no preference":
+// a warning, which fails only with --strict.
+func TestPreferredNoResponseIsAWarningUnlessStrict(t *testing.T) {
+	t.Parallel()
+	target, hook := testPluginTarget(testplugin.PreferredNoResponse)
+	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook})
+	if diff := cmp.Diff([]string{"preferred-allocation/answers"}, notPassed(r)); diff != "" {
+		t.Errorf("checks that did not pass (-want +got):\n%s", diff)
+	}
+	if got := outcomes(r)["preferred-allocation/answers"]; got != plugincheck.Warn {
+		t.Errorf("preferred-allocation/answers = %s, want WARN", got)
+	}
+	if r.Failed() {
+		t.Error("Failed() = true without --strict for a warning only")
+	}
+}
+
+// Legitimately unusual plugins pass: a check that fails a correct plugin is a defect. Each quirk
+// has its full verdict set: every check passes but those skipped, with the reason.
+func TestUnusualPluginsPass(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		quirk testplugin.Fault
+		// skipped are the checks with nothing to look at; every other one passes.
+		skipped []string
+		// evidence is a line that says what the checker saw.
+		evidence string
+	}{
+		{testplugin.SharedDeviceNode, nil, `device node "/dev/testplugin/shared" is listed 4 times, identically`},
+		{testplugin.DuplicateMount, nil, `mount "/var/run/testplugin/dev-0" is listed 2 times, identically`},
+		{testplugin.DropsDevices, nil, `devices removed ("dev-0")`},
+		{testplugin.ControlCharIDs, nil, "4 IDs hold control characters: the kubelet accepts them (quoted here)"},
+		{testplugin.EmptyFirstList, nil, "the checks use the latest list, as the kubelet does"},
+		{testplugin.SlowFirstList, nil, "first list after 1."},
+		{testplugin.EnvOnly, []string{"allocate/permissions", "allocate/duplicates", "allocate/cdi-names"}, "no device node: no permissions to check"},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.quirk), func(t *testing.T) {
+			t.Parallel()
+			target, hook := testPluginTarget(tc.quirk)
+			r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook, Strict: true})
+			want := map[string]plugincheck.Outcome{}
+			for _, c := range plugincheck.AllChecks {
+				want[c.ID] = plugincheck.Pass
+			}
+			for _, id := range tc.skipped {
+				want[id] = plugincheck.Skip
+			}
+			if diff := cmp.Diff(want, outcomes(r)); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+			var b bytes.Buffer
+			_ = r.WriteText(&b)
+			if !strings.Contains(b.String(), tc.evidence) {
+				t.Errorf("the report lacks %q", tc.evidence)
+			}
+			if t.Failed() {
+				logReport(t, r)
+			}
+		})
 	}
 }
 
@@ -333,7 +460,7 @@ func TestSocketMode(t *testing.T) {
 }
 
 // The Gopher sample plugin (internal/gopher, cmd/gopher-device-plugin) passes every check,
-// unknown devices included.
+// unknown devices included, but those it gives nothing to look at.
 func TestGopherPlugin(t *testing.T) {
 	t.Parallel()
 	gophers := t.TempDir()
@@ -349,22 +476,37 @@ func TestGopherPlugin(t *testing.T) {
 		}
 		return p.Run(klog.NewContext(ctx, logr.Discard()))
 	}}
+	// The hook runs before and after the kubelet restart: it flips gopher-0's health.
 	hook := func(context.Context, []string) error {
-		return os.WriteFile(filepath.Join(gophers, "gopher-0"), []byte("unhealthy\n"), 0o644)
+		path := filepath.Join(gophers, "gopher-0")
+		content, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		next := "unhealthy\n"
+		if strings.TrimSpace(string(content)) == "unhealthy" {
+			next = "a gopher\n"
+		}
+		return os.WriteFile(path, []byte(next), 0o644)
 	}
 	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook, Strict: true})
-	for _, res := range r.Results {
-		if res.Outcome != plugincheck.Pass {
-			t.Errorf("%s: %s %v", res.Check.ID, res.Outcome, res.Evidence)
-		}
+	want := map[string]plugincheck.Outcome{}
+	for _, c := range plugincheck.AllChecks {
+		want[c.ID] = plugincheck.Pass
 	}
-	if t.Failed() {
+	// The Gopher answers a mount and an env per gopher: no device node, no CDI device.
+	want["allocate/permissions"] = plugincheck.Skip
+	want["allocate/cdi-names"] = plugincheck.Skip
+	if diff := cmp.Diff(want, outcomes(r)); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
 		logReport(t, r)
 	}
 }
 
 // pkg/deviceplugin's Example plugin: it has no PreStartContainer or GetPreferredAllocation (so
-// those checks are skipped), and its Allocate hook accepts any ID (a warning).
+// those checks are skipped), its Allocate answers environment variables only (so there are no
+// permissions, duplicates or CDI names to check), and its Allocate hook accepts any ID (a
+// warning).
 func TestDevicePluginExample(t *testing.T) {
 	t.Parallel()
 	var p *deviceplugin.Plugin
@@ -388,9 +530,11 @@ func TestDevicePluginExample(t *testing.T) {
 		}
 		return p.Run(klog.NewContext(ctx, logr.Discard()))
 	}}
+	healthy := true
 	hook := func(context.Context, []string) error {
 		<-ready
-		return p.SetHealth("gopher-1", false)
+		healthy = !healthy
+		return p.SetHealth("gopher-1", healthy)
 	}
 	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook})
 	got := outcomes(r)
@@ -398,7 +542,8 @@ func TestDevicePluginExample(t *testing.T) {
 	for _, c := range plugincheck.AllChecks {
 		want[c.ID] = plugincheck.Pass
 	}
-	for _, id := range []string{"pre-start-container", "preferred-allocation/answers", "preferred-allocation/must-include",
+	for _, id := range []string{"allocate/permissions", "allocate/duplicates", "allocate/cdi-names",
+		"pre-start-container", "preferred-allocation/answers", "preferred-allocation/must-include",
 		"preferred-allocation/size", "preferred-allocation/available"} {
 		want[id] = plugincheck.Skip
 	}

@@ -45,6 +45,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Strict && r.Count(Warn) > 0 {
 		b.WriteString(" (--strict: warnings fail)")
 	}
+	if r.Interrupted {
+		b.WriteString("; INTERRUPTED: the run was stopped before it ended, so the checks it cut short are skipped")
+	}
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -98,6 +101,9 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 	suite := junitSuite{
 		Name: "kubedevice plugin test", Tests: len(r.Results), Time: fmt.Sprintf("%.3f", r.Duration.Seconds()),
 		Properties: []junitProperty{{Name: "plugin", Value: r.Plugin}, {Name: "resource", Value: r.Resource}},
+	}
+	if r.Interrupted {
+		suite.Properties = append(suite.Properties, junitProperty{Name: "interrupted", Value: "true"})
 	}
 	for _, res := range r.Results {
 		c := junitCase{Name: res.Check.ID, Classname: "kubedevice.plugin-test", Time: fmt.Sprintf("%.3f", res.Duration.Seconds())}

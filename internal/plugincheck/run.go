@@ -27,7 +27,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -50,6 +52,12 @@ type Timeouts struct {
 	Reregistration time.Duration
 	// Stop is how long after SIGTERM the plugin has to exit. Default 10 s.
 	Stop time.Duration
+	// ListSettle is how long the checker waits after each of the first lists for another: the
+	// checks use the list once no other follows within it. Default 1 s.
+	ListSettle time.Duration
+	// StreamHold is how long each ListAndWatch stream must stay open after it opened (and it
+	// must stay open until the checker closes it). Default 10 s.
+	StreamHold time.Duration
 }
 
 // The default timeouts.
@@ -60,6 +68,10 @@ const (
 	DefaultHealthUpdateTimeout   = 10 * time.Second
 	DefaultReregistrationTimeout = 30 * time.Second
 	DefaultStopTimeout           = 10 * time.Second
+	DefaultStreamHold            = 10 * time.Second
+	DefaultListSettle            = time.Second
+	// maxSettleMessages bounds how many lists the first list may settle over.
+	maxSettleMessages = 8
 	// preStartTimeout is the kubelet's KubeletPreStartContainerRPCTimeoutInSecs.
 	preStartTimeout = v1beta1.KubeletPreStartContainerRPCTimeoutInSecs * time.Second
 	// unknownDeviceID is what allocate/unknown-device asks for.
@@ -80,6 +92,8 @@ func (t Timeouts) complete() Timeouts {
 	def(&t.HealthUpdate, DefaultHealthUpdateTimeout)
 	def(&t.Reregistration, DefaultReregistrationTimeout)
 	def(&t.Stop, DefaultStopTimeout)
+	def(&t.StreamHold, DefaultStreamHold)
+	def(&t.ListSettle, DefaultListSettle)
 	return t
 }
 
@@ -139,6 +153,9 @@ type run struct {
 	// responses are the successful container allocation responses, for the response checks.
 	responses []*v1beta1.ContainerAllocateResponse
 	allocated []string // devices of a successful Allocate, for PreStartContainer
+	// health and streamOpen gather list-and-watch/health-update and list-and-watch/stream-open
+	// over the stream before and the stream after the kubelet restart.
+	health, streamOpen verdict
 }
 
 // Run runs every check against the plugin and returns the report. The error is for what kept the
@@ -159,7 +176,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	} else {
 		r.report.Plugin = opts.Socket
 	}
+	var interrupted atomic.Pointer[time.Time]
+	stopWatch := context.AfterFunc(ctx, func() { now := time.Now(); interrupted.Store(&now) })
+	defer stopWatch()
 	r.checkAll(ctx)
+	r.report.sortResults()
+	if at := interrupted.Load(); at != nil {
+		r.report.markInterrupted(*at)
+	}
 	return r.report, nil
 }
 
@@ -214,7 +238,7 @@ func (r *run) record(c Check, o Outcome, started time.Time, evidence ...string) 
 	if o == Warn && r.opts.Strict {
 		evidence = append(evidence, "--strict: this warning fails the run")
 	}
-	res := Result{Check: c, Outcome: o, Evidence: evidence, Duration: time.Since(started)}
+	res := Result{Check: c, Outcome: o, Evidence: evidence, Duration: time.Since(started), ended: time.Now()}
 	r.report.Results = append(r.report.Results, res)
 	if r.opts.Progress != nil {
 		fmt.Fprintf(r.opts.Progress, "%-5s %s (%s)\n", o, c.ID, seconds(res.Duration))
@@ -254,14 +278,26 @@ func (r *run) checkAll(ctx context.Context) {
 	r.checkAllocate(ctx)
 	r.checkPreStart(ctx)
 	r.checkPreferred(ctx)
-	r.checkHealthUpdate(ctx)
-	r.checkStreamOpen()
+	first := "the first stream"
+	r.observeHealthChange(ctx, first)
+	r.holdStream(ctx, first)
 	if r.opts.Target == nil {
 		reason := "the plugin was given as a socket: the checker did not start it and serves no kubelet.sock to it"
 		r.skipAll(reason, CheckReregistration, CheckStop)
+		r.recordStreamVerdicts()
 		return
 	}
 	r.checkReregistration(ctx)
+	if r.stream != nil {
+		again := "the stream after the kubelet restart"
+		r.observeHealthChange(ctx, again)
+		r.holdStream(ctx, again)
+	} else {
+		note := "not judged again after the kubelet restart: the plugin serves no new stream (see registration/after-kubelet-restart)"
+		r.health.add(Pass, note)
+		r.streamOpen.add(Pass, note)
+	}
+	r.recordStreamVerdicts()
 	r.checkStop()
 }
 
@@ -347,6 +383,9 @@ wait:
 		}
 	}
 	if first.rejected != "" {
+		if hint := r.socketElsewhereHint(req.GetEndpoint()); hint != "" {
+			rejections = append(rejections, hint)
+		}
 		r.record(CheckRegistered, Fail, started, rejections...)
 	} else {
 		r.record(CheckRegistered, Pass, started, append([]string{fmt.Sprintf("registered %s %s after start; the kubelet's dial back and GetDevicePluginOptions worked",
@@ -396,6 +435,24 @@ wait:
 	return true
 }
 
+// socketElsewhereHint explains a registration whose endpoint is not in the checker's directory:
+// the plugin created its socket elsewhere, most often because it hard-codes the kubelet's
+// directory. It returns "" when the socket is where it should be.
+func (r *run) socketElsewhereHint(endpoint string) string {
+	if len(validateEndpoint(endpoint)) > 0 {
+		return ""
+	}
+	if _, err := os.Lstat(filepath.Join(r.dir, endpoint)); err == nil {
+		return ""
+	}
+	hint := fmt.Sprintf("the plugin's socket %q is not in the checker's plugin directory %s", endpoint, r.dir)
+	if _, err := os.Lstat(filepath.Join(KubeletPluginDir, endpoint)); err == nil {
+		hint += fmt.Sprintf(" but in %s", KubeletPluginDir)
+	}
+	return hint + ": the plugin seems to hard-code its directory; run the checker with --mount-namespace (root), which bind-mounts the checker's directory on " +
+		KubeletPluginDir + " for the plugin, or point the plugin at {plugin-dir}"
+}
+
 func describeOptions(o *v1beta1.DevicePluginOptions) string {
 	return fmt.Sprintf("pre_start_required=%t get_preferred_allocation_available=%t", o.GetPreStartRequired(), o.GetGetPreferredAllocationAvailable())
 }
@@ -416,12 +473,37 @@ func (r *run) checkListAndWatch(ctx context.Context) bool {
 		r.skipAll("no device list", afterRegistration[1:]...)
 		return false
 	}
+	evidence := []string{fmt.Sprintf("first list after %s: %s", seconds(time.Since(started)), describeDevices(msg.GetDevices()))}
 	r.devices = msg.GetDevices()
-	r.record(CheckFirstList, Pass, started, fmt.Sprintf("first list after %s: %s", seconds(time.Since(started)), describeDevices(r.devices)))
+	evidence = append(evidence, r.settle(s, started)...)
+	if len(evidence) > 1 {
+		evidence = append(evidence, fmt.Sprintf("the checks use the latest list, as the kubelet does (lists %s apart or less are taken as one settling list)", seconds(r.t.ListSettle)))
+	}
+	r.record(CheckFirstList, Pass, started, evidence...)
 	now := time.Now()
-	r.verdict(CheckDeviceIDs, now, validateDeviceIDs(r.devices), fmt.Sprintf("%d devices, IDs valid and unique", len(r.devices)))
+	ok := []string{fmt.Sprintf("%d devices, IDs valid and unique", len(r.devices))}
+	if n := controlIDs(r.devices); n > 0 {
+		ok = append(ok, fmt.Sprintf("%d IDs hold control characters: the kubelet accepts them (quoted here)", n))
+	}
+	r.verdict(CheckDeviceIDs, now, validateDeviceIDs(r.devices), ok...)
 	r.verdict(CheckHealthValues, now, validateHealth(r.devices), "every health is Healthy or Unhealthy")
 	return true
+}
+
+// settle reads the lists that follow the first within the settle window: the kubelet uses the
+// latest list, and a plugin may send an empty list and its full list a moment later. r.devices
+// becomes the latest; it returns a line per list read.
+func (r *run) settle(s *listStream, started time.Time) []string {
+	var evidence []string
+	for range maxSettleMessages {
+		next, err := s.next(r.t.ListSettle)
+		if err != nil {
+			break
+		}
+		r.devices = next.GetDevices()
+		evidence = append(evidence, fmt.Sprintf("then, after %s: %s", seconds(time.Since(started)), describeDevices(r.devices)))
+	}
+	return evidence
 }
 
 func (r *run) healthy() []string {
@@ -465,9 +547,9 @@ func (r *run) checkAllocate(ctx context.Context) {
 		resp, err := r.allocate(ctx, []string{id})
 		switch {
 		case err != nil:
-			problems = append(problems, fmt.Sprintf("Allocate([%s]): %v", id, err))
+			problems = append(problems, fmt.Sprintf("Allocate([%q]): %v", id, err))
 		case len(resp.GetContainerResponses()) != 1:
-			problems = append(problems, fmt.Sprintf("Allocate([%s]) answered %d container responses for 1 container request", id, len(resp.GetContainerResponses())))
+			problems = append(problems, fmt.Sprintf("Allocate([%q]) answered %d container responses for 1 container request", id, len(resp.GetContainerResponses())))
 		default:
 			r.responses = append(r.responses, resp.GetContainerResponses()[0])
 			if r.allocated == nil {
@@ -488,56 +570,83 @@ func (r *run) checkAllocate(ctx context.Context) {
 		resp, err := r.allocate(ctx, several)
 		switch {
 		case err != nil:
-			r.record(CheckAllocateSeveral, Fail, started, fmt.Sprintf("Allocate(%v) in one container: %v", several, err))
+			r.record(CheckAllocateSeveral, Fail, started, fmt.Sprintf("Allocate(%q) in one container: %v", several, err))
 		case len(resp.GetContainerResponses()) != 1:
-			r.record(CheckAllocateSeveral, Fail, started, fmt.Sprintf("Allocate(%v) in one container answered %d container responses", several, len(resp.GetContainerResponses())))
+			r.record(CheckAllocateSeveral, Fail, started, fmt.Sprintf("Allocate(%q) in one container answered %d container responses", several, len(resp.GetContainerResponses())))
 		default:
 			r.responses = append(r.responses, resp.GetContainerResponses()[0])
 			r.allocated = several
 			resp2, err := r.allocate(ctx, healthy[:1], healthy[1:2])
 			switch {
 			case err != nil:
-				r.record(CheckAllocateSeveral, Warn, started, fmt.Sprintf("Allocate for two containers, [%s] and [%s]: %v", healthy[0], healthy[1], err))
+				r.record(CheckAllocateSeveral, Warn, started, fmt.Sprintf("Allocate for two containers, [%q] and [%q]: %v", healthy[0], healthy[1], err))
 			case len(resp2.GetContainerResponses()) != 2:
 				r.record(CheckAllocateSeveral, Warn, started, fmt.Sprintf("Allocate for two containers answered %d container responses", len(resp2.GetContainerResponses())))
 			default:
 				r.responses = append(r.responses, resp2.GetContainerResponses()...)
-				r.record(CheckAllocateSeveral, Pass, started, fmt.Sprintf("Allocate(%v) in one container, and for two containers, answered", several))
+				r.record(CheckAllocateSeveral, Pass, started, fmt.Sprintf("Allocate(%q) in one container, and for two containers, answered", several))
 			}
 		}
 	}
 
 	started = time.Now()
 	if _, err := r.allocate(ctx, []string{unknownDeviceID}); err != nil {
-		r.record(CheckAllocateUnknown, Pass, started, fmt.Sprintf("Allocate([%s]) refused: %v", unknownDeviceID, err))
+		r.record(CheckAllocateUnknown, Pass, started, fmt.Sprintf("Allocate([%q]) refused: %v", unknownDeviceID, err))
 	} else {
-		r.record(CheckAllocateUnknown, Warn, started, fmt.Sprintf("Allocate([%s]), a device the plugin never listed, succeeded", unknownDeviceID))
+		r.record(CheckAllocateUnknown, Warn, started, fmt.Sprintf("Allocate([%q]), a device the plugin never listed, succeeded", unknownDeviceID))
 	}
 
 	if len(r.responses) == 0 {
 		r.skipAll("no allocation response to look at", responseChecks...)
 		return
 	}
-	started = time.Now()
+	r.judgeResponses()
+}
+
+// judgeResponses runs the response checks over every successful container response; a check
+// with nothing to look at (no device node to hold permissions, no CDI device) is skipped.
+func (r *run) judgeResponses() {
+	started := time.Now()
 	var all responseProblems
+	var mounts, devs, cdis, envs int
 	for _, resp := range r.responses {
 		p := validateContainerResponse(resp)
 		all.paths = append(all.paths, p.paths...)
 		all.permissions = append(all.permissions, p.permissions...)
 		all.duplicates = append(all.duplicates, p.duplicates...)
 		all.cdi = append(all.cdi, p.cdi...)
-	}
-	var mounts, devs, cdis int
-	for _, resp := range r.responses {
+		all.repeats = append(all.repeats, p.repeats...)
 		mounts += len(resp.GetMounts())
 		devs += len(resp.GetDevices())
 		cdis += len(resp.GetCdiDevices())
+		envs += len(resp.GetEnvs())
 	}
 	n := len(r.responses)
-	r.verdict(CheckPaths, started, uniq(all.paths), fmt.Sprintf("%d responses: %d mounts, %d device nodes, all paths absolute", n, mounts, devs))
-	r.verdict(CheckPermissions, started, uniq(all.permissions), fmt.Sprintf("%d device nodes, permissions well formed", devs))
-	r.verdict(CheckDuplicates, started, uniq(all.duplicates), fmt.Sprintf("%d responses without duplicates", n))
-	r.verdict(CheckCDINames, started, uniq(all.cdi), fmt.Sprintf("%d CDI devices, names fully qualified", cdis))
+	none := fmt.Sprintf("the %d allocation responses hold", n)
+	if mounts+devs+envs == 0 {
+		r.record(CheckPaths, Skip, started, none+" no mount, device node or env: no path to check")
+	} else {
+		r.verdict(CheckPaths, started, uniq(all.paths), fmt.Sprintf("%d responses: %d mounts, %d device nodes, %d envs; paths absolute and clean, env names valid", n, mounts, devs, envs))
+	}
+	if devs == 0 {
+		r.record(CheckPermissions, Skip, started, none+" no device node: no permissions to check")
+	} else {
+		r.verdict(CheckPermissions, started, uniq(all.permissions), fmt.Sprintf("%d device nodes, permissions well formed", devs))
+	}
+	if mounts+devs+cdis == 0 {
+		r.record(CheckDuplicates, Skip, started, none+" no mount, device node or CDI device: nothing to repeat")
+	} else {
+		ok := []string{fmt.Sprintf("%d responses without conflicting duplicates", n)}
+		if rep := uniq(all.repeats); len(rep) > 0 {
+			ok = append(ok, prefixAll("identical repeats, which the kubelet merges: ", rep)...)
+		}
+		r.verdict(CheckDuplicates, started, uniq(all.duplicates), ok...)
+	}
+	if cdis == 0 {
+		r.record(CheckCDINames, Skip, started, none+" no CDI device: no name to check")
+	} else {
+		r.verdict(CheckCDINames, started, uniq(all.cdi), fmt.Sprintf("%d CDI devices, names fully qualified", cdis))
+	}
 }
 
 func (r *run) checkPreStart(ctx context.Context) {
@@ -554,10 +663,10 @@ func (r *run) checkPreStart(ctx context.Context) {
 	defer cancel()
 	_, err := r.client.PreStartContainer(ctx, &v1beta1.PreStartContainerRequest{DevicesIds: r.allocated})
 	if err != nil {
-		r.record(CheckPreStart, Fail, started, fmt.Sprintf("PreStartContainer(%v): %v", r.allocated, err))
+		r.record(CheckPreStart, Fail, started, fmt.Sprintf("PreStartContainer(%q): %v", r.allocated, err))
 		return
 	}
-	r.record(CheckPreStart, Pass, started, fmt.Sprintf("PreStartContainer(%v) answered in %s", r.allocated, seconds(time.Since(started))))
+	r.record(CheckPreStart, Pass, started, fmt.Sprintf("PreStartContainer(%q) answered in %s", r.allocated, seconds(time.Since(started))))
 }
 
 func (r *run) checkPreferred(ctx context.Context) {
@@ -585,7 +694,7 @@ func (r *run) checkPreferred(ctx context.Context) {
 	rpcCtx, cancel := context.WithTimeout(ctx, r.t.RPC)
 	defer cancel()
 	resp, err := r.client.GetPreferredAllocation(rpcCtx, &v1beta1.PreferredAllocationRequest{ContainerRequests: []*v1beta1.ContainerPreferredAllocationRequest{req}})
-	describe := fmt.Sprintf("GetPreferredAllocation(available %v, must_include %v, size %d)", req.AvailableDeviceIDs, req.MustIncludeDeviceIDs, req.AllocationSize)
+	describe := fmt.Sprintf("GetPreferredAllocation(available %q, must_include %q, size %d)", req.AvailableDeviceIDs, req.MustIncludeDeviceIDs, req.AllocationSize)
 	switch {
 	case err != nil:
 		why := err.Error()
@@ -595,78 +704,23 @@ func (r *run) checkPreferred(ctx context.Context) {
 		r.record(CheckPreferredAnswers, Fail, started, describe+": "+why)
 		r.skipAll("GetPreferredAllocation did not answer", checks[1:]...)
 		return
+	case len(resp.GetContainerResponses()) == 0:
+		// The kubelet reads ContainerResponses[0] only when there is one: none is no preference.
+		r.record(CheckPreferredAnswers, Warn, started, describe+" answered no container response: the kubelet takes that as no preference and picks the devices itself")
+		r.skipAll("GetPreferredAllocation answered no preference", checks[1:]...)
+		return
 	case len(resp.GetContainerResponses()) != 1:
 		r.record(CheckPreferredAnswers, Fail, started, fmt.Sprintf("%s answered %d container responses for 1 container request", describe, len(resp.GetContainerResponses())))
 		r.skipAll("GetPreferredAllocation did not answer one container response", checks[1:]...)
 		return
 	}
 	got := resp.GetContainerResponses()[0].GetDeviceIDs()
-	r.record(CheckPreferredAnswers, Pass, started, fmt.Sprintf("%s answered %v", describe, got))
+	r.record(CheckPreferredAnswers, Pass, started, fmt.Sprintf("%s answered %q", describe, got))
 	must, size, avail := validatePreferred(req, got)
-	ok := fmt.Sprintf("%s answered %v", describe, got)
+	ok := fmt.Sprintf("%s answered %q", describe, got)
 	r.verdict(CheckPreferredMustInclude, started, prefixAll(describe+": ", must), ok)
 	r.verdict(CheckPreferredSize, started, prefixAll(describe+": ", size), ok)
 	r.verdict(CheckPreferredAvailable, started, prefixAll(describe+": ", avail), ok)
-}
-
-func (r *run) checkHealthUpdate(ctx context.Context) {
-	started := time.Now()
-	if r.opts.HealthChange == nil {
-		r.record(CheckHealthUpdate, Skip, started, "no way to change a device's health was given (--health-change-cmd)")
-		return
-	}
-	var env []string
-	if r.opts.Target != nil {
-		env = r.opts.Target.Env()
-	}
-	env = append(env, "KUBEDEVICE_PLUGIN_SOCKET="+r.socket)
-	before := healthMap(r.devices)
-	if err := r.opts.HealthChange(ctx, env); err != nil {
-		r.record(CheckHealthUpdate, Fail, started, "the health change hook failed: "+err.Error())
-		return
-	}
-	deadline := time.Now().Add(r.t.HealthUpdate)
-	var seen []string
-	for {
-		msg, err := r.stream.next(time.Until(deadline))
-		if err != nil {
-			ev := []string{fmt.Sprintf("no list with a changed health within %s of the health change: %v", r.t.HealthUpdate, err)}
-			ev = append(ev, seen...)
-			r.record(CheckHealthUpdate, Fail, started, ev...)
-			return
-		}
-		r.devices = msg.GetDevices()
-		after := healthMap(r.devices)
-		var changed, missing []string
-		for _, id := range sortedKeys(before) {
-			h, ok := after[id]
-			switch {
-			case !ok:
-				missing = append(missing, id)
-			case h != before[id]:
-				changed = append(changed, fmt.Sprintf("%s %s -> %s", id, before[id], h))
-			}
-		}
-		if len(changed) == 0 {
-			seen = append(seen, "a list without a health change: "+describeDevices(r.devices))
-			continue
-		}
-		if len(missing) > 0 {
-			r.record(CheckHealthUpdate, Fail, started, fmt.Sprintf("the list after the health change (%s) lacks devices %v: each list must be the full list", strings.Join(changed, ", "), missing))
-			return
-		}
-		r.record(CheckHealthUpdate, Pass, started, fmt.Sprintf("%s, sent %s after the health change, in a full list of %d devices", strings.Join(changed, ", "), seconds(time.Since(started)), len(r.devices)))
-		return
-	}
-}
-
-func (r *run) checkStreamOpen() {
-	started := time.Now()
-	if err := r.stream.ended(); err != nil {
-		r.record(CheckStreamOpen, Fail, started, "the ListAndWatch stream ended: "+err.Error())
-		return
-	}
-	r.record(CheckStreamOpen, Pass, started, fmt.Sprintf("the ListAndWatch stream is open %s after it was opened", seconds(time.Since(r.stream.opened))))
 }
 
 func (r *run) checkReregistration(ctx context.Context) {
@@ -696,7 +750,7 @@ func (r *run) checkReregistration(ctx context.Context) {
 			r.record(CheckReregistration, Fail, started, "the plugin exited after kubelet.sock was created again")
 			return
 		case <-timeout.C:
-			r.record(CheckReregistration, Fail, started, fmt.Sprintf("no Register call within %s of kubelet.sock being created again", r.t.Reregistration))
+			r.record(CheckReregistration, Fail, started, fmt.Sprintf("no Register call within %s of kubelet.sock being created again", seconds(r.t.Reregistration)))
 			return
 		case <-ctx.Done():
 			r.record(CheckReregistration, Fail, started, ctx.Err().Error())
@@ -721,14 +775,16 @@ func (r *run) checkReregistration(ctx context.Context) {
 		r.record(CheckReregistration, Fail, started, fmt.Sprintf("registered again after %s, but ListAndWatch failed: %v", seconds(took), err))
 		return
 	}
-	r.stream = s
 	msg, err := s.next(r.t.FirstList)
 	if err != nil {
+		s.close()
 		r.record(CheckReregistration, Fail, started, fmt.Sprintf("registered again after %s, but: %v", seconds(took), err))
 		return
 	}
+	r.stream, r.devices = s, msg.GetDevices()
+	r.settle(s, started)
 	r.record(CheckReregistration, Pass, started, fmt.Sprintf("registered again %s after kubelet.sock was created again (limit %s); ListAndWatch sent %d devices",
-		seconds(took), r.t.Reregistration, len(msg.GetDevices())))
+		seconds(took), seconds(r.t.Reregistration), len(msg.GetDevices())))
 }
 
 func (r *run) checkStop() {
@@ -743,6 +799,16 @@ func (r *run) checkStop() {
 		problems = append(problems, fmt.Sprintf("its socket %s is still there after it stopped", socket))
 	}
 	r.verdict(CheckStop, started, problems, fmt.Sprintf("exited %s after it was asked to stop and removed %s", seconds(time.Since(started)), filepath.Base(socket)))
+}
+
+func controlIDs(devs []*v1beta1.Device) int {
+	n := 0
+	for _, d := range devs {
+		if strings.ContainsFunc(d.GetID(), unicode.IsControl) {
+			n++
+		}
+	}
+	return n
 }
 
 func healthMap(devs []*v1beta1.Device) map[string]string {
@@ -763,7 +829,7 @@ func describeDevices(devs []*v1beta1.Device) string {
 			parts = append(parts, fmt.Sprintf("... (%d in all)", len(devs)))
 			break
 		}
-		parts = append(parts, d.GetID()+"="+d.GetHealth())
+		parts = append(parts, fmt.Sprintf("%q=%s", d.GetID(), d.GetHealth()))
 	}
 	return strings.Join(parts, " ")
 }

@@ -89,7 +89,7 @@ func (s *listStream) next(timeout time.Duration) (*v1beta1.ListAndWatchResponse,
 		}
 		return nil, s.ended()
 	case <-t.C:
-		return nil, fmt.Errorf("no ListAndWatch message within %s", timeout)
+		return nil, fmt.Errorf("no ListAndWatch message within %s", seconds(timeout))
 	}
 }
 

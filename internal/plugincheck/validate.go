@@ -79,8 +79,6 @@ func validateDeviceIDs(devs []*v1beta1.Device) []string {
 			problems = append(problems, fmt.Sprintf("device %d has an empty ID", i))
 		case len(id) > maxDeviceIDLength:
 			problems = append(problems, fmt.Sprintf("ID %q is %d characters long, more than %d", id, len(id), maxDeviceIDLength))
-		case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-			problems = append(problems, fmt.Sprintf("ID %q holds a control character", id))
 		}
 		seen[id]++
 	}
@@ -108,9 +106,11 @@ func validateHealth(devs []*v1beta1.Device) []string {
 	return problems
 }
 
-// responseProblems are what is wrong with a ContainerAllocateResponse, by kind.
+// responseProblems are what is wrong with a ContainerAllocateResponse, by kind; repeats are the
+// identical repeats, which the kubelet merges (not a problem, but said in the evidence).
 type responseProblems struct {
 	paths, permissions, duplicates, cdi []string
+	repeats                             []string
 }
 
 // validateContainerResponse checks one container's allocation response.
@@ -126,23 +126,18 @@ func validateContainerResponse(r *v1beta1.ContainerAllocateResponse) responsePro
 			p.paths = append(p.paths, fmt.Sprintf("%s %q is not clean (%q)", what, pth, path.Clean(pth)))
 		}
 	}
-	containerPaths := map[string]int{}
+	targets := newTargetSet()
 	for _, m := range r.GetMounts() {
 		absolute("mount container path", m.GetContainerPath())
 		absolute("mount host path", m.GetHostPath())
-		containerPaths["mount "+m.GetContainerPath()]++
+		targets.add("mount", m.GetContainerPath(), fmt.Sprintf("host path %q read-only %t", m.GetHostPath(), m.GetReadOnly()))
 	}
 	for _, d := range r.GetDevices() {
 		absolute("device container path", d.GetContainerPath())
 		absolute("device host path", d.GetHostPath())
-		containerPaths["device "+d.GetContainerPath()]++
+		targets.add("device node", d.GetContainerPath(), fmt.Sprintf("host path %q permissions %q", d.GetHostPath(), d.GetPermissions()))
 		if msg := validatePermissions(d.GetPermissions()); msg != "" {
 			p.permissions = append(p.permissions, fmt.Sprintf("device %q: %s", d.GetContainerPath(), msg))
-		}
-	}
-	for _, k := range sortedKeys(containerPaths) {
-		if n := containerPaths[k]; n > 1 {
-			p.duplicates = append(p.duplicates, fmt.Sprintf("%s is listed %d times (the kubelet keeps the first)", k, n))
 		}
 	}
 	for _, k := range sortedKeys(r.GetEnvs()) {
@@ -150,19 +145,52 @@ func validateContainerResponse(r *v1beta1.ContainerAllocateResponse) responsePro
 			p.paths = append(p.paths, fmt.Sprintf("env name %q is not a variable name", k))
 		}
 	}
-	cdi := map[string]int{}
 	for _, d := range r.GetCdiDevices() {
-		cdi[d.GetName()]++
+		// A CDI device is only its name: a repeat is always identical.
+		targets.add("CDI device", d.GetName(), "")
 		if msg := validateCDIName(d.GetName()); msg != "" {
 			p.cdi = append(p.cdi, fmt.Sprintf("CDI device %q: %s", d.GetName(), msg))
 		}
 	}
-	for _, k := range sortedKeys(cdi) {
-		if n := cdi[k]; n > 1 {
-			p.duplicates = append(p.duplicates, fmt.Sprintf("CDI device %q is listed %d times", k, n))
-		}
-	}
+	p.duplicates, p.repeats = targets.problems()
 	return p
+}
+
+// targetSet collects what a response puts at each container path (or CDI name), to tell
+// conflicting duplicates from identical repeats.
+type targetSet struct {
+	order []string
+	specs map[string][]string
+}
+
+func newTargetSet() *targetSet { return &targetSet{specs: map[string][]string{}} }
+
+func (t *targetSet) add(kind, at, spec string) {
+	key := fmt.Sprintf("%s %q", kind, at)
+	if _, ok := t.specs[key]; !ok {
+		t.order = append(t.order, key)
+	}
+	t.specs[key] = append(t.specs[key], spec)
+}
+
+// problems returns the conflicts (one container path, different host paths, permissions or
+// read-only flags: the kubelet keeps the first it meets, in random order across resources, and
+// only logs the others) and the identical repeats (the kubelet merges them).
+func (t *targetSet) problems() (conflicts, repeats []string) {
+	for _, key := range t.order {
+		specs := t.specs[key]
+		if len(specs) < 2 {
+			continue
+		}
+		distinct := uniq(specs)
+		if len(distinct) == 1 {
+			repeats = append(repeats, fmt.Sprintf("%s is listed %d times, identically", key, len(specs)))
+			continue
+		}
+		conflicts = append(conflicts, fmt.Sprintf("%s is listed %d times with different settings (%s): the kubelet keeps one and drops the others",
+			key, len(specs), strings.Join(distinct, "; ")))
+	}
+	return conflicts, repeats
 }
 
 // validatePermissions checks a DeviceSpec's cgroup permissions: one or more of r, w and m, each

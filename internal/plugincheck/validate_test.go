@@ -83,11 +83,11 @@ func TestValidatePermissions(t *testing.T) {
 
 func TestValidateDeviceIDs(t *testing.T) {
 	long := "x123456789012345678901234567890123456789012345678901234567890123"
-	devs := []*v1beta1.Device{{ID: "a"}, {ID: ""}, {ID: "a"}, {ID: long}, {ID: "tab\there"}}
+	// Control characters, NUL included, are accepted: the kubelet accepts any ID.
+	devs := []*v1beta1.Device{{ID: "a"}, {ID: ""}, {ID: "a"}, {ID: long}, {ID: "tab\there"}, {ID: "\x00"}}
 	want := []string{
 		"device 1 has an empty ID",
 		`ID "` + long + `" is 64 characters long, more than 63`,
-		`ID "tab\there" holds a control character`,
 		`ID "a" is listed 2 times`,
 	}
 	if diff := cmp.Diff(want, validateDeviceIDs(devs)); diff != "" {
@@ -97,9 +97,13 @@ func TestValidateDeviceIDs(t *testing.T) {
 
 func TestValidateContainerResponse(t *testing.T) {
 	r := &v1beta1.ContainerAllocateResponse{
-		Envs:       map[string]string{"A": "1", "B=C": "2"},
-		Mounts:     []*v1beta1.Mount{{ContainerPath: "/m", HostPath: "/h"}, {ContainerPath: "/m", HostPath: "/h2"}, {ContainerPath: "rel", HostPath: "/h"}},
-		Devices:    []*v1beta1.DeviceSpec{{ContainerPath: "/dev/x", HostPath: "/dev/x", Permissions: "rwx"}, {ContainerPath: "/dev/y/../z", HostPath: "/dev/z", Permissions: "r"}},
+		Envs:   map[string]string{"A": "1", "B=C": "2"},
+		Mounts: []*v1beta1.Mount{{ContainerPath: "/m", HostPath: "/h"}, {ContainerPath: "/m", HostPath: "/h2"}, {ContainerPath: "rel", HostPath: "/h"}},
+		Devices: []*v1beta1.DeviceSpec{
+			{ContainerPath: "/dev/x", HostPath: "/dev/x", Permissions: "rwx"}, {ContainerPath: "/dev/y/../z", HostPath: "/dev/z", Permissions: "r"},
+			{ContainerPath: "/dev/s", HostPath: "/dev/s", Permissions: "rw"}, {ContainerPath: "/dev/s", HostPath: "/dev/s", Permissions: "rw"},
+			{ContainerPath: "/dev/p", HostPath: "/dev/p", Permissions: "rw"}, {ContainerPath: "/dev/p", HostPath: "/dev/p", Permissions: "r"},
+		},
 		CdiDevices: []*v1beta1.CDIDevice{{Name: "v.com/c=d"}, {Name: "v.com/c=d"}, {Name: "bad"}},
 	}
 	got := validateContainerResponse(r)
@@ -110,8 +114,12 @@ func TestValidateContainerResponse(t *testing.T) {
 			`env name "B=C" is not a variable name`,
 		},
 		permissions: []string{`device "/dev/x": permissions "rwx" hold 'x', not one of r, w, m`},
-		duplicates:  []string{`mount /m is listed 2 times (the kubelet keeps the first)`, `CDI device "v.com/c=d" is listed 2 times`},
-		cdi:         []string{`CDI device "bad": it is not fully qualified (vendor.com/class=name): no '='`},
+		duplicates: []string{
+			`mount "/m" is listed 2 times with different settings (host path "/h" read-only false; host path "/h2" read-only false): the kubelet keeps one and drops the others`,
+			`device node "/dev/p" is listed 2 times with different settings (host path "/dev/p" permissions "rw"; host path "/dev/p" permissions "r"): the kubelet keeps one and drops the others`,
+		},
+		cdi:     []string{`CDI device "bad": it is not fully qualified (vendor.com/class=name): no '='`},
+		repeats: []string{`device node "/dev/s" is listed 2 times, identically`, `CDI device "v.com/c=d" is listed 2 times, identically`},
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(responseProblems{})); diff != "" {
 		t.Errorf("validateContainerResponse (-want +got):\n%s", diff)

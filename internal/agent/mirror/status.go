@@ -33,6 +33,10 @@ import (
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
+// maxConditionMessage bounds a condition message the agent builds from a plugin's values (the API
+// allows 32768 bytes).
+const maxConditionMessage = 1024
+
 // nodeDeviceConditions are the condition types the agent owns on a NodeDevice and compares.
 // AgentReady is the controller's verdict on the agent's Lease: the agent seeds it on a new shard
 // and carries it in its writes (withAgentReady), but never writes for it.
@@ -227,6 +231,10 @@ func healthyCondition(snap nodeagent.ResourceSnapshot, st kdv1alpha1.NodeDeviceS
 	case snap.State != nodeagent.PluginRegistered:
 		c.Status, c.Reason = metav1.ConditionFalse, kdv1alpha1.ReasonPluginDisconnected
 		c.Message = fmt.Sprintf("No device plugin for %s is connected, so no device can be used.", snap.ResourceName)
+	case snap.Rejected != nil:
+		c.Status, c.Reason = metav1.ConditionFalse, kdv1alpha1.ReasonDeviceListRejected
+		c.Message = kube.Truncate(fmt.Sprintf("The agent refused the device plugin's latest device list (%s): %s. Listed are the %d devices of the last list it accepted.",
+			snap.Rejected.Reason, snap.Rejected.Message, st.Capacity), maxConditionMessage)
 	case st.Unhealthy > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, kdv1alpha1.ReasonUnhealthyDevices
 		c.Message = fmt.Sprintf("%d of %d devices are unhealthy.", st.Unhealthy, st.Capacity)

@@ -193,6 +193,16 @@ func TestNodeDeviceStatusCounts(t *testing.T) {
 			wantRegistered: cond{metav1.ConditionFalse, kdv1alpha1.ReasonPluginDisconnected},
 			wantHealthy:    cond{metav1.ConditionFalse, kdv1alpha1.ReasonPluginDisconnected},
 		},
+		"the plugin's list refused, none accepted": {
+			snap: func() nodeagent.ResourceSnapshot {
+				s := registered()
+				s.Rejected = &nodeagent.ListRejection{Reason: "DuplicateDeviceID", Message: `device ID "\x00" is listed more than once`, At: t1}
+				return s
+			}(),
+			want:           counts{},
+			wantRegistered: cond{metav1.ConditionTrue, kdv1alpha1.ReasonPluginRegistered},
+			wantHealthy:    cond{metav1.ConditionFalse, kdv1alpha1.ReasonDeviceListRejected},
+		},
 		"restored, awaiting the plugin": {
 			snap: nodeagent.ResourceSnapshot{ResourceName: testResource, State: nodeagent.PluginDisconnected, StateSince: t1,
 				Devices: []nodeagent.DeviceSnapshot{awaiting, awaitingHeld}},
@@ -416,5 +426,18 @@ func TestNodeDeviceStatusRestoredKeepsPlugin(t *testing.T) {
 		Devices: restored.Devices}
 	if got := nodeDeviceStatus(later, later.Devices, current, nodeagent.CheckpointInfo{}, 1, t1.Add(time.Hour)).Plugin; !cmp.Equal(want, got) {
 		t.Errorf("plugin after a second restart (-want +got):\n%s", cmp.Diff(want, got))
+	}
+}
+
+// A refused device list is said on the Healthy condition, with the offending value quoted: never
+// "All 0 devices are healthy".
+func TestHealthyConditionSaysTheListWasRefused(t *testing.T) {
+	snap := registered()
+	snap.Rejected = &nodeagent.ListRejection{Reason: "DuplicateDeviceID", Message: `device ID "\x00" is listed more than once`, At: t1}
+	c := healthyCondition(snap, kdv1alpha1.NodeDeviceStatus{}, 1)
+	want := `The agent refused the device plugin's latest device list (DuplicateDeviceID): device ID "\x00" is listed more than once. ` +
+		`Listed are the 0 devices of the last list it accepted.`
+	if c.Message != want {
+		t.Errorf("message = %q, want %q", c.Message, want)
 	}
 }

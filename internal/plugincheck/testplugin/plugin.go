@@ -16,12 +16,14 @@ limitations under the License.
 
 // Package testplugin is a device plugin for the checker's own tests, written against the raw
 // gRPC API so that it can break each rule on purpose: with no Faults it passes every check of
-// package plugincheck, and each Fault breaks the rule of exactly one check (a check that cannot
-// fail is a defect). It is used only by tests.
+// package plugincheck, each fault breaks the rule of one check (a check that cannot fail is a
+// defect), and each quirk is legitimately unusual and must pass (a check that fails a correct
+// plugin is a defect too). It is used only by tests.
 package testplugin
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -57,7 +59,6 @@ const (
 	AcceptsUnknown         Fault = "accepts-unknown"
 	RelativePath           Fault = "relative-path"
 	BadPermissions         Fault = "bad-permissions"
-	DuplicateMount         Fault = "duplicate-mount"
 	BadCDIName             Fault = "bad-cdi-name"
 	PreStartUnimplemented  Fault = "pre-start-unimplemented"
 	PreferredUnimplemented Fault = "preferred-unimplemented"
@@ -69,6 +70,46 @@ const (
 	EndsStream             Fault = "ends-stream"
 	NoReregistration       Fault = "no-reregistration"
 	LeavesSocket           Fault = "leaves-socket"
+	// SocketElsewhere creates its socket in another directory (<dir>.elsewhere, standing for a
+	// hard-coded /var/lib/kubelet/device-plugins) and registers its file name.
+	SocketElsewhere Fault = "socket-elsewhere"
+	// ConflictingMount puts two mounts with different host paths at one container path.
+	ConflictingMount Fault = "conflicting-mount"
+	// PreferredNoResponse answers GetPreferredAllocation with no container response (the
+	// kubelet's "no preference": a warning).
+	PreferredNoResponse Fault = "preferred-no-response"
+	// SlowEndStream returns from ListAndWatch a second after its first list, on every stream.
+	SlowEndStream Fault = "slow-end-stream"
+	// EndsStreamAfterRestart keeps its first ListAndWatch stream open but returns from every
+	// later one right after its first list.
+	EndsStreamAfterRestart Fault = "ends-stream-after-restart"
+	// StaleStreamAfterRestart sends its changes to its first ListAndWatch stream only: after the
+	// kubelet restart they go nowhere (old goroutines that swallow changes).
+	StaleStreamAfterRestart Fault = "stale-stream-after-restart"
+)
+
+// Quirks are legitimately unusual behaviours: with one of them the plugin still passes every
+// check (or has checks skipped, with the reason).
+const (
+	// SharedDeviceNode answers one identical device node for every device ID.
+	SharedDeviceNode Fault = "shared-device-node"
+	// DropsDevices has no Unhealthy state: FlipHealth removes dev-0 from the list (and adds it
+	// back the next time).
+	DropsDevices Fault = "drops-devices"
+	// DuplicateMount repeats each mount identically (the kubelet merges the repeats).
+	DuplicateMount Fault = "duplicate-mount"
+	// ControlCharIDs names its devices "\x00" to "\x03", as a widely deployed plugin for host
+	// device files does (the kubelet accepts any ID); its paths and CDI names use the hex of the
+	// ID.
+	ControlCharIDs Fault = "control-char-ids"
+	// EmptyFirstList sends an empty list and, a moment later, its full list (as a GPU vendor's
+	// plugin does while it enumerates).
+	EmptyFirstList Fault = "empty-first-list"
+	// SlowFirstList sends its first list 1.5 s after ListAndWatch is called.
+	SlowFirstList Fault = "slow-first-list"
+	// EnvOnly answers Allocate with environment variables only: no mount, device node or CDI
+	// device.
+	EnvOnly Fault = "env-only"
 )
 
 const (
@@ -92,7 +133,10 @@ type Plugin struct {
 	mu      sync.Mutex
 	devices []*v1beta1.Device
 	streams map[chan []*v1beta1.Device]bool
-	quit    chan struct{}
+	// first is the first stream's channel, and served how many ListAndWatch calls there were.
+	first  chan []*v1beta1.Device
+	served int
+	quit   chan struct{}
 }
 
 // New returns a plugin for the plugin directory dir that breaks the rules faults name.
@@ -102,7 +146,11 @@ func New(dir string, faults ...Fault) *Plugin {
 		p.faults[f] = true
 	}
 	for i := range Devices {
-		p.devices = append(p.devices, &v1beta1.Device{ID: fmt.Sprintf("dev-%d", i), Health: v1beta1.Healthy})
+		id := fmt.Sprintf("dev-%d", i)
+		if p.faults[ControlCharIDs] {
+			id = string(rune(i))
+		}
+		p.devices = append(p.devices, &v1beta1.Device{ID: id, Health: v1beta1.Healthy})
 	}
 	if p.faults[DuplicateIDs] {
 		p.devices = append(p.devices, &v1beta1.Device{ID: "dev-0", Health: v1beta1.Healthy})
@@ -114,6 +162,9 @@ func New(dir string, faults ...Fault) *Plugin {
 }
 
 func (p *Plugin) socketPath() string {
+	if p.faults[SocketElsewhere] {
+		return filepath.Join(p.dir+".elsewhere", SocketName)
+	}
 	if p.faults[EndpointInSubdir] {
 		return filepath.Join(p.dir, "sub", SocketName)
 	}
@@ -121,6 +172,9 @@ func (p *Plugin) socketPath() string {
 }
 
 func (p *Plugin) endpoint() string {
+	if p.faults[SocketElsewhere] {
+		return SocketName
+	}
 	rel, _ := filepath.Rel(p.dir, p.socketPath())
 	return rel
 }
@@ -140,6 +194,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 		server.Stop()
 		if !p.faults[LeavesSocket] {
 			_ = os.Remove(p.socketPath())
+		}
+		if p.faults[SocketElsewhere] {
+			_ = os.Remove(filepath.Dir(p.socketPath()))
 		}
 	}()
 	kubelet := filepath.Join(p.dir, "kubelet.sock")
@@ -226,17 +283,7 @@ func (p *Plugin) options() *v1beta1.DevicePluginOptions {
 func (p *Plugin) FlipHealth() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	devs := make([]*v1beta1.Device, len(p.devices))
-	copy(devs, p.devices)
-	health := v1beta1.Unhealthy
-	if devs[0].GetHealth() != v1beta1.Healthy {
-		health = v1beta1.Healthy
-	}
-	for i, d := range devs {
-		if d.GetID() == devs[0].GetID() {
-			devs[i] = &v1beta1.Device{ID: d.GetID(), Health: health}
-		}
-	}
+	devs := p.flipped()
 	p.devices = devs
 	if p.faults[NoHealthUpdate] {
 		return
@@ -246,11 +293,50 @@ func (p *Plugin) FlipHealth() {
 		send = devs[:1]
 	}
 	for ch := range p.streams {
+		if p.faults[StaleStreamAfterRestart] && ch != p.first {
+			continue
+		}
 		select {
 		case ch <- send:
 		default:
 		}
 	}
+	if p.faults[StaleStreamAfterRestart] && !p.streams[p.first] {
+		// The first stream is gone; the change is sent to it all the same, and lost.
+		select {
+		case p.first <- send:
+		default:
+		}
+	}
+}
+
+// flipped returns the list with dev-0's health flipped, or (DropsDevices) dev-0 removed or added
+// back.
+func (p *Plugin) flipped() []*v1beta1.Device {
+	devs := make([]*v1beta1.Device, 0, len(p.devices)+1)
+	if p.faults[DropsDevices] {
+		has := slices.ContainsFunc(p.devices, func(d *v1beta1.Device) bool { return d.GetID() == "dev-0" })
+		if !has {
+			devs = append(devs, &v1beta1.Device{ID: "dev-0", Health: v1beta1.Healthy})
+		}
+		for _, d := range p.devices {
+			if d.GetID() != "dev-0" {
+				devs = append(devs, d)
+			}
+		}
+		return devs
+	}
+	devs = append(devs, p.devices...)
+	health := v1beta1.Unhealthy
+	if devs[0].GetHealth() != v1beta1.Healthy {
+		health = v1beta1.Healthy
+	}
+	for i, d := range devs {
+		if d.GetID() == devs[0].GetID() {
+			devs[i] = &v1beta1.Device{ID: d.GetID(), Health: health}
+		}
+	}
+	return devs
 }
 
 // GetDevicePluginOptions answers pre_start_required and get_preferred_allocation_available.
@@ -264,22 +350,42 @@ func (p *Plugin) ListAndWatch(_ *v1beta1.Empty, s v1beta1.DevicePlugin_ListAndWa
 	p.mu.Lock()
 	first := p.devices
 	p.streams[ch] = true
+	p.served++
+	later := p.served > 1
+	if !later {
+		p.first = ch
+	}
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
 		delete(p.streams, ch)
 		p.mu.Unlock()
 	}()
+	if p.faults[EmptyFirstList] {
+		if err := s.Send(&v1beta1.ListAndWatchResponse{}); err != nil {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if p.faults[SlowFirstList] {
+		time.Sleep(1500 * time.Millisecond)
+	}
 	if !p.faults[SilentList] {
 		if err := s.Send(&v1beta1.ListAndWatchResponse{Devices: first}); err != nil {
 			return err
 		}
 	}
-	if p.faults[EndsStream] {
+	if p.faults[EndsStream] || (p.faults[EndsStreamAfterRestart] && later) {
 		return nil
+	}
+	var end <-chan time.Time
+	if p.faults[SlowEndStream] {
+		end = time.After(time.Second)
 	}
 	for {
 		select {
+		case <-end:
+			return nil
 		case devs := <-ch:
 			if err := s.Send(&v1beta1.ListAndWatchResponse{Devices: devs}); err != nil {
 				return err
@@ -312,6 +418,13 @@ func (p *Plugin) Allocate(_ context.Context, req *v1beta1.AllocateRequest) (*v1b
 	if p.faults[AllocateNoResponse] {
 		return resp, nil
 	}
+	if p.faults[EnvOnly] {
+		for _, c := range req.GetContainerRequests() {
+			resp.ContainerResponses = append(resp.ContainerResponses,
+				&v1beta1.ContainerAllocateResponse{Envs: map[string]string{"TESTPLUGIN_DEVICES": strings.Join(c.GetDevicesIds(), ",")}})
+		}
+		return resp, nil
+	}
 	for _, c := range req.GetContainerRequests() {
 		ids := c.GetDevicesIds()
 		if p.faults[AllocateOneDevice] && len(ids) > 1 {
@@ -319,6 +432,9 @@ func (p *Plugin) Allocate(_ context.Context, req *v1beta1.AllocateRequest) (*v1b
 		}
 		r := &v1beta1.ContainerAllocateResponse{Envs: map[string]string{"TESTPLUGIN_DEVICES": strings.Join(ids, ",")}}
 		for _, id := range ids {
+			if p.faults[ControlCharIDs] {
+				id = hex.EncodeToString([]byte(id))
+			}
 			dev := &v1beta1.DeviceSpec{ContainerPath: "/dev/testplugin/" + id, HostPath: "/dev/null", Permissions: "rw"}
 			mount := &v1beta1.Mount{ContainerPath: "/var/run/testplugin/" + id, HostPath: "/etc/hostname", ReadOnly: true}
 			cdi := &v1beta1.CDIDevice{Name: "example.com/testplugin=" + id}
@@ -331,10 +447,17 @@ func (p *Plugin) Allocate(_ context.Context, req *v1beta1.AllocateRequest) (*v1b
 			if p.faults[BadCDIName] {
 				cdi.Name = id
 			}
+			if p.faults[SharedDeviceNode] {
+				// One device node serves every ID: identical repeats, which the kubelet merges.
+				dev.ContainerPath = "/dev/testplugin/shared"
+			}
 			r.Devices = append(r.Devices, dev)
 			r.Mounts = append(r.Mounts, mount)
 			if p.faults[DuplicateMount] {
 				r.Mounts = append(r.Mounts, mount)
+			}
+			if p.faults[ConflictingMount] {
+				r.Mounts = append(r.Mounts, &v1beta1.Mount{ContainerPath: mount.ContainerPath, HostPath: "/etc/hosts", ReadOnly: true})
 			}
 			r.CdiDevices = append(r.CdiDevices, cdi)
 		}
@@ -388,6 +511,9 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *v1beta1.Preferre
 			}
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &v1beta1.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	if p.faults[PreferredNoResponse] {
+		resp.ContainerResponses = nil
 	}
 	return resp, nil
 }
