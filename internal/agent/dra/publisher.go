@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // nodeTimeout bounds the read of the Node the slices are owned by.
@@ -55,10 +56,18 @@ type sliceController struct {
 	err error
 }
 
+// sliceSyncDelay is how long the slice controller waits after a change it hears of before it
+// syncs the pool again, instead of the library's 30 s (resourceslice.DefaultSyncDelay): a kubelet
+// deletes every ResourceSlice of its node when it starts (its DRA plugin manager's wipe, until the
+// drivers register again), and with the default the node offered none of its devices to the
+// scheduler for 30 s after every kubelet restart. A second is long enough for the informer to have
+// seen the controller's own writes.
+const sliceSyncDelay = time.Second
+
 // startSliceController starts the controller of node's slices of the driver in the background,
 // with no pools to publish: until the first Update it writes nothing (existing slices of pools it
-// is not given are removed only at its periodic sync, resourceslice.DefaultSyncDelay after it
-// sees them). It stops when ctx ends; stop waits for that.
+// is not given are removed at its next sync, sliceSyncDelay after it sees them). It stops when ctx
+// ends; stop waits for that.
 func startSliceController(ctx context.Context, client kubernetes.Interface, node string) *sliceController {
 	s := &sliceController{done: make(chan struct{})}
 	go func() {
@@ -68,6 +77,7 @@ func startSliceController(ctx context.Context, client kubernetes.Interface, node
 			DriverName: DriverName,
 			KubeClient: client,
 			Owner:      nodeOwner(ctx, client, node),
+			SyncDelay:  ptr.To(sliceSyncDelay),
 			// The default handler logs; publishing errors are retried by the controller and fixed
 			// by nothing the agent could do (as kubeletplugin treats them: recoverable).
 		})
