@@ -246,7 +246,7 @@ e2e-node-up: ## Install and start the real-node cluster, and leave it up (KUBECO
 
 .PHONY: e2e-node-test
 e2e-node-test: helm ## Run the real-node e2e suite against the cluster that e2e-node-up started (it builds the binaries and imports the image itself).
-	KUBECONFIG=$(E2E_NODE_KUBECONFIG) E2E_KUBECTL=$(K8S_BIN_DIR)/kubectl E2E_HELM=$(HELM) go test -v -tags e2enode -count=1 -timeout 30m ./test/e2e-node/ -ginkgo.v $(E2E_NODE_TEST_FLAGS)
+	KUBECONFIG=$(E2E_NODE_KUBECONFIG) E2E_KUBECTL=$(K8S_BIN_DIR)/kubectl E2E_HELM=$(HELM) go test -v -tags e2enode -count=1 -timeout 50m ./test/e2e-node/ -ginkgo.v $(E2E_NODE_TEST_FLAGS)
 
 .PHONY: e2e-node-down
 e2e-node-down: ## Stop the real-node cluster and restore the host (safe to run twice).

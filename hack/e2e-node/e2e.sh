@@ -80,7 +80,7 @@ step down-stale "${ROOT}/hack/e2e-node/down.sh"
 step up "${ROOT}/hack/e2e-node/up.sh"
 # shellcheck disable=SC2086
 if ! step test env KUBECONFIG="${KUBECONFIG_OUT}" E2E_KUBECTL="${K8S_BIN}/kubectl" E2E_HELM="${ROOT}/bin/helm" E2E_IMAGE="${IMAGE}" \
-  go -C "${ROOT}" test -v -tags e2enode -count=1 -timeout 30m ./test/e2e-node/ -ginkgo.v ${E2E_NODE_TEST_FLAGS:-}; then
+  go -C "${ROOT}" test -v -tags e2enode -count=1 -timeout 50m ./test/e2e-node/ -ginkgo.v ${E2E_NODE_TEST_FLAGS:-}; then
   status=1
   dump_cluster
 fi

@@ -278,10 +278,9 @@ type verdict struct {
 	text   string
 }
 
-// settle watches the pod for settleTime after an event: kept (running, the same containers and
+// settle watches the pod after an event until the deadline: kept (running, the same containers and
 // restart counts) unless it fails or its containers change meanwhile.
-func settle(ctx context.Context, ns, name string, before podState) verdict {
-	deadline := time.Now().Add(settleTime)
+func settle(ctx context.Context, ns, name string, before podState, deadline time.Time) verdict {
 	for {
 		pod, err := getPod(ctx, ns, name)
 		switch {
@@ -326,8 +325,10 @@ func nodeEventSpec(ctx context.Context, p lifePath, ns, event string, apply func
 	apply(ctx)
 	recordTiming(p.name+": "+event+": the event took", time.Since(start))
 	var texts []string
+	// One window for all pods: the second is judged at once when the first's ends.
+	deadline := time.Now().Add(settleTime)
 	for _, name := range devicePods {
-		v := settle(ctx, ns, name, before[name])
+		v := settle(ctx, ns, name, before[name], deadline)
 		texts = append(texts, name+": "+v.text)
 		if !p.control {
 			Expect(v.kept).To(BeTrue(), "%s through the %s: %s", name, event, v.text)
