@@ -333,6 +333,9 @@ var _ = Describe("kubedevice on the real node", func() {
 	// is gone, which the installs above must not meet (observe_test.go, nodeevents_test.go).
 	describeObserveMode()
 	describeNodeEventsControl()
+	// The kubelet's gophers moved to kubedevice and back (switch_test.go): it waits out the
+	// kubelet's 5-minute grace period.
+	describeSwitch()
 })
 
 // setUp builds the image, removes what an interrupted run left, installs kubedevice and waits

@@ -238,7 +238,7 @@ func expectNodeCapacityNotKubedevices(ctx context.Context) {
 	Expect(err).NotTo(HaveOccurred())
 	for _, m := range n.ManagedFields {
 		if m.Manager == contract.ControllerFieldOwner && m.FieldsV1 != nil {
-			Expect(string(m.FieldsV1.Raw)).NotTo(ContainSubstring(gopherResource), "kubedevice's controller wrote the Node's %s", gopherResource)
+			Expect(m.FieldsV1.GetRawString()).NotTo(ContainSubstring(gopherResource), "kubedevice's controller wrote the Node's %s", gopherResource)
 		}
 	}
 }

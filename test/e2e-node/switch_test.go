@@ -1,0 +1,199 @@
+//go:build e2enode
+
+/*
+Copyright 2026 The kubedevice Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2enode
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+)
+
+// kubeletGracePeriod is how long the kubelet keeps a stopped device plugin's resource
+// (devicemanager's endpointStopGracePeriod).
+const kubeletGracePeriod = 5 * time.Minute
+
+// describeSwitch moves the node's gophers from the kubelet's own device manager to kubedevice as
+// the README says ("Move a node from the kubelet to kubedevice (and back)"), and back: the kubelet
+// keeps the resource through its grace period, and kubedevice must neither fight it over the Node
+// nor let a pod be refused. It runs after the control, which leaves the kubelet managing gophers.
+func describeSwitch() {
+	Describe("moving the node's gophers from the kubelet's device manager to kubedevice and back", Ordered, Label("switch"), Offset(1), func() {
+		const label = "switch: "
+		var ns string
+		BeforeAll(func(ctx context.Context) {
+			buildImage(ctx)
+			uninstall(ctx, "")
+			DeferCleanup(func(ctx context.Context) { uninstall(ctx, "") }, NodeTimeout(5*time.Minute))
+			forgetGopherCapacity(ctx)
+			out, err := kubectl(ctx, "apply", "--server-side", "-k", overlay("kubedevice-observe"))
+			Expect(err).NotTo(HaveOccurred(), out)
+			waitForKubedevice(ctx)
+			ns = newNamespace(ctx)
+			installGophers(ctx, "gopher-kubelet")
+			createPod(ctx, MakePod("kubelets", ns).Limits(gopherResource, 1).Obj())
+			watchUntilRunning(ctx, ns, "kubelets", 2*time.Minute)
+			gopherInside(ctx, ns, "kubelets")
+		}, NodeTimeout(20*time.Minute))
+		AfterEach(func(ctx context.Context) {
+			if CurrentSpecReport().Failed() {
+				dumpKubedevice(ctx)
+			}
+		})
+
+		It("to kubedevice: holds the resource while the kubelet keeps it, no pod refused, no flap, then publishes it", func(ctx context.Context) {
+			toKubedevice(ctx, label, ns)
+		}, SpecTimeout(12*time.Minute))
+
+		It("back to the kubelet: stops writing the resource the moment the kubelet publishes it, no flap", func(ctx context.Context) {
+			backToKubelet(ctx, label, ns)
+		}, SpecTimeout(5*time.Minute))
+	})
+}
+
+// toKubedevice is the README's move: the pods holding the kubelet's gophers deleted, kubedevice
+// reinstalled in manage mode and the plugin pointed at it; the kubelet then keeps the resource
+// (all unhealthy, allocatable 0) for its grace period.
+func toKubedevice(ctx context.Context, label, ns string) {
+	deletePod(ctx, ns, "kubelets")
+	series := sampleAllocatable(ctx)
+	moved := time.Now()
+	out, err := kubectl(ctx, "apply", "--server-side", "-k", overlay("kubedevice"))
+	Expect(err).NotTo(HaveOccurred(), out)
+	waitForKubedevice(ctx)
+	installGophers(ctx, "gopher")
+	createPod(ctx, MakePod("waits", ns).Limits(gopherResource, 1).Obj())
+
+	Eventually(ctx, func(g Gomega) {
+		nd, err := gopherNodeDevice(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		c := meta.FindStatusCondition(nd.Status.Conditions, kdv1alpha1.NodeDeviceNodeCapacityPublished)
+		g.Expect(c).NotTo(BeNil(), "conditions: %+v", nd.Status.Conditions)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(kdv1alpha1.ReasonKubeletDeviceManagerOwnsResource))
+	}).Should(Succeed())
+	recordTiming(label+"plugin moved -> NodeDevice NodeCapacityPublished=False (the kubelet's)", time.Since(moved))
+	Consistently(ctx, func(g Gomega) {
+		pod, err := getPod(ctx, ns, "waits")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodPending), "refused while the kubelet holds the resource: %s", describeStatus(pod))
+		g.Expect(pod.Spec.NodeName).To(BeEmpty(), "bound while the kubelet offers 0: %s", describeStatus(pod))
+	}, 20*time.Second, time.Second).Should(Succeed())
+
+	ok, text := runningOrFailed(ctx, ns, "waits", kubeletGracePeriod+2*time.Minute)
+	Expect(ok).To(BeTrue(), "waits: %s", text)
+	gopherInside(ctx, ns, "waits")
+	recordTiming(label+"plugin moved -> the waiting pod running with a kubedevice gopher", time.Since(moved))
+	expectPublished(ctx)
+	Consistently(ctx, func() int { return offeredNow(ctx) }, 15*time.Second, 250*time.Millisecond).Should(Equal(len(gopherIDs)))
+	changes := series()
+	GinkgoWriter.Printf("Node allocatable %s through the move: %v\n", gopherResource, changes)
+	Expect(risesFromZero(changes)).To(BeNumerically("<=", 1), "the Node's allocatable flapped: %v", changes)
+}
+
+// backToKubelet points the plugin back at the kubelet while kubedevice still runs: the kubelet
+// publishes the resource, and kubedevice stops writing it at once.
+func backToKubelet(ctx context.Context, label, ns string) {
+	deletePod(ctx, ns, "waits")
+	series := sampleAllocatable(ctx)
+	moved := time.Now()
+	installGophers(ctx, "gopher-kubelet")
+	recordTiming(label+"plugin moved back -> the kubelet's 3 gophers on the Node", time.Since(moved))
+	Consistently(ctx, func() int { return offeredNow(ctx) }, 20*time.Second, 250*time.Millisecond).Should(Equal(len(gopherIDs)))
+	created := time.Now()
+	createPod(ctx, MakePod("kubelets-again", ns).Limits(gopherResource, 1).Obj())
+	ok, text := runningOrFailed(ctx, ns, "kubelets-again", 2*time.Minute)
+	Expect(ok).To(BeTrue(), "kubelets-again: %s", text)
+	gopherInside(ctx, ns, "kubelets-again")
+	recordTiming(label+"a pod after the move back -> running with the kubelet's gopher", time.Since(created))
+	changes := series()
+	GinkgoWriter.Printf("Node allocatable %s through the move back: %v\n", gopherResource, changes)
+	Expect(risesFromZero(changes)).To(BeNumerically("<=", 1), "the Node's allocatable flapped: %v", changes)
+}
+
+// expectPublished waits for the NodeDevice's NodeCapacityPublished=True (reason Published).
+func expectPublished(ctx context.Context) {
+	Eventually(ctx, func(g Gomega) {
+		nd, err := gopherNodeDevice(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		c := meta.FindStatusCondition(nd.Status.Conditions, kdv1alpha1.NodeDeviceNodeCapacityPublished)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "%s: %s", c.Reason, c.Message)
+	}).Should(Succeed())
+}
+
+func offeredNow(ctx context.Context) int {
+	n, err := offered(ctx, pathNRI)
+	Expect(err).NotTo(HaveOccurred())
+	return n
+}
+
+// sampleAllocatable reads the Node's allocatable gophers every 250 ms until the returned function
+// is called, which returns the readings that differed from the one before.
+func sampleAllocatable(ctx context.Context) func() []int {
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		mu      sync.Mutex
+		changes []int
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		for ctx.Err() == nil {
+			if n, err := offered(ctx, pathNRI); err == nil {
+				mu.Lock()
+				if len(changes) == 0 || changes[len(changes)-1] != n {
+					changes = append(changes, n)
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []int {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int(nil), changes...)
+	}
+}
+
+// risesFromZero counts the readings above 0 that follow a 0: a Node whose writers fight rises
+// again every time the other writes 0.
+func risesFromZero(changes []int) int {
+	n := 0
+	for i := 1; i < len(changes); i++ {
+		if changes[i-1] == 0 && changes[i] > 0 {
+			n++
+		}
+	}
+	return n
+}
