@@ -340,6 +340,9 @@ func nodeEventSpec(ctx context.Context, p lifePath, ns, event string, apply func
 	case p.control:
 	case p.dra:
 		Eventually(ctx, func() (int, error) { return offered(ctx, p) }).Should(Equal(floor), "every gopher back in the slices")
+		// About a second after the kubelet's wipe (the slice controller's sync delay); with the
+		// library's 30 s the node offered none for 30 s.
+		Expect(r.below).To(BeNumerically("<", 10*time.Second), "the slices the kubelet deleted came back late")
 	default:
 		Expect(r.lowest).To(BeNumerically(">=", floor), "the gophers offered dropped below what pods hold")
 	}

@@ -263,6 +263,24 @@ var _ = Describe("The DRA flow", func() {
 		Eventually(published).Should(Equal(map[string][]string{"g-0": nil, "g-1": nil}))
 	})
 
+	It("publishes its node's slices again within seconds when the kubelet deletes them at its start", func() {
+		n := newNodeAgent(0, withDRA(string(gopher)))
+		n.register(n.plugin(gopher, gophers("g", 2)))
+		Eventually(deviceOf(n.name, string(gopher), "g-1")).ShouldNot(BeNil())
+
+		By("the kubelet starting: its DRA plugin manager deletes every ResourceSlice of the node")
+		Expect(k8sClient.DeleteAllOf(ctx, &resourceapi.ResourceSlice{},
+			client.MatchingFields{resourceapi.ResourceSliceSelectorNodeName: n.name})).To(Succeed())
+		Eventually(func() (int, error) {
+			all, err := slicesOf(n.name)()
+			return len(all), err
+		}).Should(BeZero())
+
+		By("the slice controller publishes them again a sync delay later (the library's default was 30 s)")
+		Eventually(deviceOf(n.name, string(gopher), "g-0")).WithTimeout(10 * time.Second).ShouldNot(BeNil())
+		Eventually(deviceOf(n.name, string(gopher), "g-1")).WithTimeout(time.Second).ShouldNot(BeNil())
+	})
+
 	It("removes its node's slices when it restarts serving nothing through DRA", func() {
 		n := newNodeAgent(0, withDRA(string(gopher)))
 		p := n.plugin(gopher, gophers("g", 2))
