@@ -38,6 +38,12 @@ esac
 # need_commit: the pinned commit is in this clone, or a message that says how to get it.
 need_commit() {
   git -C "${ROOT}" cat-file -e "${PREVIOUS_COMMIT}^{commit}" 2>/dev/null && return 0
+  # A shallow or partial clone: its origin has the commit (main's history).
+  if git -C "${ROOT}" remote get-url origin >/dev/null 2>&1; then
+    log "the previous release ${PREVIOUS_COMMIT} is not in this clone: fetching it from origin"
+    git -C "${ROOT}" fetch --quiet origin "${PREVIOUS_COMMIT}" 2>/dev/null || true
+    git -C "${ROOT}" cat-file -e "${PREVIOUS_COMMIT}^{commit}" 2>/dev/null && return 0
+  fi
   local why="this clone does not have it"
   if [ "$(git -C "${ROOT}" rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
     why="this clone is shallow"
