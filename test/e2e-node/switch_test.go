@@ -77,7 +77,7 @@ func describeSwitch() {
 			toKubedevice(ctx, label, ns)
 		}, SpecTimeout(12*time.Minute))
 
-		It("back to the kubelet: stops writing the resource the moment the kubelet publishes it, no flap", func(ctx context.Context) {
+		It("back to the kubelet: writes nothing over the resource the kubelet publishes, no flap; uninstalled, the kubelet serves the pods", func(ctx context.Context) {
 			backToKubelet(ctx, label, ns)
 		}, SpecTimeout(5*time.Minute))
 	})
@@ -134,8 +134,9 @@ func toKubedevice(ctx context.Context, label, ns string) {
 	Expect(risesFromZero(changes)).To(BeNumerically("<=", 1), "the Node's allocatable flapped: %v", changes)
 }
 
-// backToKubelet points the plugin back at the kubelet while kubedevice still runs: the kubelet
-// publishes the resource, and kubedevice stops writing it at once.
+// backToKubelet is the README's way back, with the plugin moved first (the case where both have
+// the resource): the kubelet publishes it and kubedevice writes nothing over it; then kubedevice is
+// uninstalled (kubectl delete -k, kubedevice cleanup) and a device pod runs through the kubelet.
 func backToKubelet(ctx context.Context, label, ns string) {
 	deletePod(ctx, ns, "waits")
 	series := sampleAllocatable(ctx)
@@ -143,15 +144,24 @@ func backToKubelet(ctx context.Context, label, ns string) {
 	installGophers(ctx, "gopher-kubelet")
 	recordTiming(label+"plugin moved back -> the kubelet's 3 gophers on the Node", time.Since(moved))
 	Consistently(ctx, func() int { return offeredNow(ctx) }, 20*time.Second, 250*time.Millisecond).Should(Equal(len(gopherIDs)))
+	changes := series()
+	GinkgoWriter.Printf("Node allocatable %s through the move back: %v\n", gopherResource, changes)
+	Expect(risesFromZero(changes)).To(BeNumerically("<=", 1), "the Node's allocatable flapped: %v", changes)
+
+	uninstalled := time.Now()
+	out, err := kubectl(ctx, "delete", "-k", overlay("kubedevice"), "--ignore-not-found", "--wait=false")
+	Expect(err).NotTo(HaveOccurred(), out)
+	_, err = kubectl(ctx, "wait", "--for=delete", "pod", "-n", kubedeviceNamespace, "-l", controllerSelector, "--timeout=2m")
+	Expect(err).NotTo(HaveOccurred())
+	cleanUp(ctx)
+	Eventually(ctx, func() int { return offeredNow(ctx) }).Should(Equal(len(gopherIDs)), "the kubelet's gophers after kubedevice's uninstall")
+	recordTiming(label+"kubedevice uninstalled -> the kubelet's gophers on the Node", time.Since(uninstalled))
 	created := time.Now()
 	createPod(ctx, MakePod("kubelets-again", ns).Limits(gopherResource, 1).Obj())
 	ok, text := runningOrFailed(ctx, ns, "kubelets-again", 2*time.Minute)
 	Expect(ok).To(BeTrue(), "kubelets-again: %s", text)
 	gopherInside(ctx, ns, "kubelets-again")
 	recordTiming(label+"a pod after the move back -> running with the kubelet's gopher", time.Since(created))
-	changes := series()
-	GinkgoWriter.Printf("Node allocatable %s through the move back: %v\n", gopherResource, changes)
-	Expect(risesFromZero(changes)).To(BeNumerically("<=", 1), "the Node's allocatable flapped: %v", changes)
 }
 
 // expectPublished waits for the NodeDevice's NodeCapacityPublished=True (reason Published).
