@@ -33,20 +33,18 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent"
 	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/agent/observe"
 	"github.com/kubedevice/kubedevice/internal/allocpolicy"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/metricsserving"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
@@ -99,7 +97,7 @@ func run() error {
 	logger := setLogger(&s.zap, os.Stderr)
 	metrics.Registry.MustRegister(version.NewCollector())
 
-	scheme, err := newScheme()
+	scheme, err := contract.NewScheme()
 	if err != nil {
 		return err
 	}
@@ -309,16 +307,4 @@ func setLogger(opts *zap.Options, w io.Writer) logr.Logger {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 	return logger
-}
-
-// newScheme registers the built-in types and kubedevice.io's.
-func newScheme() (*runtime.Scheme, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("registering the built-in types: %w", err)
-	}
-	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("registering the kubedevice.io types: %w", err)
-	}
-	return scheme, nil
 }

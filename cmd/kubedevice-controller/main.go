@@ -25,15 +25,13 @@ import (
 	"fmt"
 	"os"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/metricsserving"
@@ -114,7 +112,7 @@ func run() error {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 
-	scheme, err := newScheme()
+	scheme, err := contract.NewScheme()
 	if err != nil {
 		return err
 	}
@@ -159,16 +157,4 @@ func run() error {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
-}
-
-// newScheme registers the built-in types and kubedevice.io's.
-func newScheme() (*runtime.Scheme, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("registering the built-in types: %w", err)
-	}
-	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("registering the kubedevice.io types: %w", err)
-	}
-	return scheme, nil
 }

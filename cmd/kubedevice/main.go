@@ -31,14 +31,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/cleanup"
 	"github.com/kubedevice/kubedevice/internal/contract"
 	"github.com/kubedevice/kubedevice/internal/devenv"
@@ -228,12 +225,9 @@ func newClientWithTimeout(kubeconfig string, timeout time.Duration) (client.Clie
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	cfg.Timeout = timeout
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("registering the built-in types: %w", err)
-	}
-	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("registering the kubedevice.io types: %w", err)
+	scheme, err := contract.NewScheme()
+	if err != nil {
+		return nil, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {

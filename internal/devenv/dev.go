@@ -29,16 +29,13 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
@@ -264,12 +261,9 @@ func (d *dev) start(ctx context.Context) error {
 	if err := writeKubeconfig(d.l.kubeconfig(), d.cp.admin); err != nil {
 		return err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering the built-in types: %w", err)
-	}
-	if err := kdv1alpha1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering the kubedevice.io types: %w", err)
+	scheme, err := contract.NewScheme()
+	if err != nil {
+		return err
 	}
 	c, err := client.New(d.cp.admin, client.Options{Scheme: scheme})
 	if err != nil {
