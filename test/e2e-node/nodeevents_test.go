@@ -26,7 +26,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -273,9 +272,8 @@ func expectDistinctGophers(states map[string]podState) {
 
 // verdict is what happened to a device pod through an event.
 type verdict struct {
-	kept   bool
-	failed bool
-	text   string
+	kept bool
+	text string
 }
 
 // settle watches the pod after an event until the deadline: kept (running, the same containers and
@@ -287,7 +285,7 @@ func settle(ctx context.Context, ns, name string, before podState, deadline time
 		case err != nil:
 			return verdict{text: err.Error()}
 		case pod.Status.Phase == corev1.PodFailed:
-			return verdict{failed: true, text: fmt.Sprintf("Failed: %s: %s", pod.Status.Reason, pod.Status.Message)}
+			return verdict{text: fmt.Sprintf("Failed: %s: %s", pod.Status.Reason, pod.Status.Message)}
 		case pod.UID != before.uid || !slices.Equal(containersOf(pod), before.containers):
 			if time.Now().After(deadline) || running(pod) {
 				return verdict{text: "containers restarted: " + describeStatus(pod)}
@@ -533,26 +531,34 @@ type offeredReading struct {
 // node offers: the Node's allocatable on the node-capacity paths, the untainted gophers in the
 // node's ResourceSlices on the DRA path.
 func sampleOffered(ctx context.Context, p lifePath, floor int) func() offeredReading {
+	r := offeredReading{lowest: -1}
+	stop := sampleEvery(ctx, p, func(n int, since time.Duration) {
+		if r.lowest < 0 || n < r.lowest {
+			r.lowest = n
+		}
+		if n < floor {
+			r.below += since
+		}
+	})
+	return func() offeredReading {
+		stop()
+		return r
+	}
+}
+
+// sampleEvery calls observe, from one goroutine, with each reading of offered(p) every 250 ms
+// and the time since the reading before, until the returned function is called; it returns once
+// observe is no longer called.
+func sampleEvery(ctx context.Context, p lifePath, observe func(n int, since time.Duration)) func() {
 	ctx, cancel := context.WithCancel(ctx)
-	var (
-		mu   sync.Mutex
-		r    = offeredReading{lowest: -1}
-		done = make(chan struct{})
-	)
+	done := make(chan struct{})
 	go func() {
 		defer GinkgoRecover()
 		defer close(done)
 		last := time.Now()
 		for ctx.Err() == nil {
 			if n, err := offered(ctx, p); err == nil {
-				mu.Lock()
-				if r.lowest < 0 || n < r.lowest {
-					r.lowest = n
-				}
-				if n < floor {
-					r.below += time.Since(last)
-				}
-				mu.Unlock()
+				observe(n, time.Since(last))
 			}
 			last = time.Now()
 			select {
@@ -561,12 +567,9 @@ func sampleOffered(ctx context.Context, p lifePath, floor int) func() offeredRea
 			}
 		}
 	}()
-	return func() offeredReading {
+	return func() {
 		cancel()
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return r
 	}
 }
 

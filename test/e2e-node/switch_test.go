@@ -21,7 +21,6 @@ package e2enode
 import (
 	"context"
 	"os"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -184,35 +183,15 @@ func offeredNow(ctx context.Context) int {
 // sampleAllocatable reads the Node's allocatable gophers every 250 ms until the returned function
 // is called, which returns the readings that differed from the one before.
 func sampleAllocatable(ctx context.Context) func() []int {
-	ctx, cancel := context.WithCancel(ctx)
-	var (
-		mu      sync.Mutex
-		changes []int
-		done    = make(chan struct{})
-	)
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		for ctx.Err() == nil {
-			if n, err := offered(ctx, pathNRI); err == nil {
-				mu.Lock()
-				if len(changes) == 0 || changes[len(changes)-1] != n {
-					changes = append(changes, n)
-				}
-				mu.Unlock()
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(250 * time.Millisecond):
-			}
+	var changes []int
+	stop := sampleEvery(ctx, pathNRI, func(n int, _ time.Duration) {
+		if len(changes) == 0 || changes[len(changes)-1] != n {
+			changes = append(changes, n)
 		}
-	}()
+	})
 	return func() []int {
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]int(nil), changes...)
+		stop()
+		return changes
 	}
 }
 
