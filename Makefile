@@ -104,13 +104,15 @@ lint: golangci-lint ## Run golangci-lint (config in .golangci.yml).
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: manifests generate ## Regenerate everything and fail if the tree changed, a file is unformatted or lacks the license header.
+verify: manifests generate ## Regenerate everything and fail if the tree changed, a file is unformatted or lacks the license header, or a Markdown link is broken.
 	@if [ -n "$$(git status --porcelain -- api config charts/kubedevice/crds)" ]; then \
 		echo "Generated files are out of date; run 'make manifests generate' and commit:"; \
 		git status --porcelain -- api config charts/kubedevice/crds; git diff --stat -- api config charts/kubedevice/crds; exit 1; fi
 	@unformatted=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then \
 		echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	@hack/boilerplate.sh
+	@# Every relative link and #anchor of the repository's Markdown must resolve (external links are not checked).
+	@go run ./hack/mdlinks .
 
 ##@ Test
 
