@@ -56,7 +56,7 @@ func runTestPlugin(faults string) int {
 	signal.Notify(flips, syscall.SIGUSR1)
 	go func() {
 		for range flips {
-			p.FlipHealth()
+			p.FlipHealthOf("")
 		}
 	}()
 	if err := p.Run(ctx); err != nil {
