@@ -93,8 +93,8 @@ func (r *resourceRun) verdict(c Check, started time.Time, problems []string, ok 
 }
 
 // checkDevices runs the checks of the resource's devices on its first stream: the list, Allocate,
-// PreStartContainer, GetPreferredAllocation and the first health change. False when there is no
-// list to check (the rest is skipped).
+// PreStartContainer and GetPreferredAllocation. False when there is no list to check (the rest is
+// skipped).
 func (r *resourceRun) checkDevices(ctx context.Context) bool {
 	if !r.checkListAndWatch(ctx) {
 		return false
@@ -102,7 +102,6 @@ func (r *resourceRun) checkDevices(ctx context.Context) bool {
 	r.checkAllocate(ctx)
 	r.checkPreStart(ctx)
 	r.checkPreferred(ctx)
-	r.observeHealthChange(ctx, firstStream)
 	return true
 }
 

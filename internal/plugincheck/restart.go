@@ -48,6 +48,7 @@ func (r *run) checkReregistration(ctx context.Context) {
 	} else {
 		regs, why = r.awaitReregistrations(ctx)
 	}
+	var again []*resourceRun
 	for _, res := range r.resources {
 		reg := regs[res.name]
 		if reg == nil {
@@ -57,12 +58,13 @@ func (r *run) checkReregistration(ctx context.Context) {
 			res.notJudgedAgain()
 			continue
 		}
+		again = append(again, res)
+	}
+	for _, res := range again {
 		res.observeHealthChange(ctx, againStream)
 	}
-	for _, res := range r.resources {
-		if res.stream != nil {
-			res.holdStream(ctx, againStream)
-		}
+	for _, res := range again {
+		res.holdStream(ctx, againStream)
 	}
 }
 

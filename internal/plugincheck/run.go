@@ -159,6 +159,11 @@ func (r *run) checkAll(ctx context.Context) {
 	if r.resources = live; len(live) == 0 {
 		return
 	}
+	// Every resource's devices are checked before any health change: a hook may change the
+	// devices of every resource of the process.
+	for _, res := range r.resources {
+		res.observeHealthChange(ctx, firstStream)
+	}
 	for _, res := range r.resources {
 		res.holdStream(ctx, firstStream)
 	}

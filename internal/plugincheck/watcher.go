@@ -37,6 +37,8 @@ import (
 const (
 	getInfoTimeout = time.Second
 	notifyTimeout  = 5 * time.Second
+	// reconcilePeriod is how often the kubelet's plugin manager tries a registration again.
+	reconcilePeriod = time.Second
 )
 
 // pluginWatcher is the kubelet's plugin watcher (pkg/kubelet/pluginmanager) for device plugins:
@@ -133,21 +135,46 @@ func (w *pluginWatcher) created(ctx context.Context, path string) {
 	}()
 }
 
-// register is the kubelet's registration of the socket at path; nil when it did not get as far
-// as GetInfo (the kubelet only logs that).
+// register is the kubelet's registration of the socket at path; nil when the socket went away
+// (or the watcher stopped) before GetInfo answered. Like the kubelet's reconciler, which tries
+// again each second while the socket is there, it asks GetInfo again until it answers.
 func (w *pluginWatcher) register(ctx context.Context, path string) *registration {
+	for {
+		conn, info, err := getInfo(ctx, path)
+		if err == nil {
+			defer conn.Close()
+			return w.registerInfo(ctx, registerapi.NewRegistrationClient(conn), path, info)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(reconcilePeriod):
+		}
+		if _, err := os.Lstat(path); err != nil {
+			return nil
+		}
+	}
+}
+
+// getInfo dials the socket at path and calls GetInfo, with the kubelet's deadline.
+func getInfo(ctx context.Context, path string) (*grpc.ClientConn, *registerapi.PluginInfo, error) {
 	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil
+		return nil, nil, err
 	}
-	defer conn.Close()
-	client := registerapi.NewRegistrationClient(conn)
-	infoCtx, cancel := context.WithTimeout(ctx, getInfoTimeout)
-	info, err := client.GetInfo(infoCtx, &registerapi.InfoRequest{}, grpc.WaitForReady(true))
-	cancel()
+	ctx, cancel := context.WithTimeout(ctx, getInfoTimeout)
+	defer cancel()
+	info, err := registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
-		return nil
+		_ = conn.Close()
+		return nil, nil, err
 	}
+	return conn, info, nil
+}
+
+// registerInfo is the device manager's part of the registration: the type, ValidatePlugin, the
+// dial back, then NotifyRegistrationStatus.
+func (w *pluginWatcher) registerInfo(ctx context.Context, client registerapi.RegistrationClient, path string, info *registerapi.PluginInfo) *registration {
 	r := &registration{at: time.Now(), watcher: &watcherInfo{socket: path, versions: info.GetSupportedVersions()},
 		req: &v1beta1.RegisterRequest{ResourceName: info.GetName(), Endpoint: info.GetEndpoint(), Version: strings.Join(info.GetSupportedVersions(), ",")}}
 	if r.req.Endpoint == "" {
@@ -160,6 +187,7 @@ func (w *pluginWatcher) register(ctx context.Context, path string) *registration
 	if info.GetType() != registerapi.DevicePlugin {
 		failure = fmt.Errorf("RegisterPlugin error -- no handler registered for plugin type: %s at socket %s", info.GetType(), path)
 	} else if failure = validateWatcherPlugin(r.req, info.GetSupportedVersions()); failure == nil {
+		var err error
 		if r.conn, r.opts, err = dialPlugin(ctx, r.req.GetEndpoint()); err != nil {
 			failure = fmt.Errorf("RegisterPlugin error -- plugin registration failed with err: %w", err)
 		}
