@@ -120,10 +120,10 @@ type responseProblems struct {
 
 // Whose rule a refusal of the agent's is: the kubelet's (it passes the value on to the container
 // runtime, which refuses it) or kubedevice's stricter trust model (the agent refuses an
-// allocation the kubelet would have made).
+// allocation the kubelet would make; stricter fills in the rule).
 const (
 	kubeletRule  = "kubelet: it passes this to the container runtime as it is, and the runtime refuses it"
-	stricterRule = "kubedevice's stricter trust model: the agent refuses this allocation, which the kubelet would make"
+	stricterRule = "kubedevice's stricter trust model: %s; the agent refuses the allocation, the kubelet would make it"
 )
 
 // validateContainerResponse checks one container's allocation response of resource with the
@@ -171,15 +171,15 @@ func ruleOf(e *field.Error) string {
 	value, _ := e.BadValue.(string)
 	switch {
 	case e.Type == field.ErrorTypeTooLong || e.Type == field.ErrorTypeTooMany:
-		return stricterRule + " (the limits of the DeviceAllocation object that records it)"
+		return fmt.Sprintf(stricterRule, "within the limits of the DeviceAllocation object that records it")
 	case strings.HasPrefix(e.Field, "annotations"):
-		return stricterRule + " (annotation keys are qualified names, as Kubernetes annotations are)"
+		return fmt.Sprintf(stricterRule, "annotation keys are qualified names, as Kubernetes annotations are")
 	case strings.HasPrefix(e.Field, "devices[") && path.IsAbs(value) && path.Clean(value) == value:
-		return stricterRule + " (device nodes stay under " + allocpolicy.DeviceDir + "/ on both sides)"
+		return fmt.Sprintf(stricterRule, "device nodes stay under "+allocpolicy.DeviceDir+"/ on both sides")
 	case strings.HasPrefix(e.Field, "mounts[") && value == "/":
-		return stricterRule + " (a mount may not cover the container's root)"
+		return fmt.Sprintf(stricterRule, "no mount covers the container's root")
 	case strings.HasSuffix(e.Field, "Path") && path.IsAbs(value):
-		return stricterRule + " (paths are clean: no '.' or '..' element, no '//')"
+		return fmt.Sprintf(stricterRule, "paths are clean, with no '.' or '..' element and no '//'")
 	}
 	return kubeletRule
 }

@@ -17,6 +17,8 @@ limitations under the License.
 package plugincheck
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -85,11 +87,11 @@ func TestValidateContainerResponse(t *testing.T) {
 			`envs[B=C]: Invalid value: "B=C": an env name must not hold '=' or NUL (` + kubeletRule + `)`,
 			`mounts[2].containerPath: Invalid value: "rel": want a clean absolute path (no '.' or '..' element, no '//', no NUL) (` + kubeletRule + `)`,
 			`devices[1].containerPath: Invalid value: "/dev/y/../z": want a clean absolute path (no '.' or '..' element, no '//', no NUL) (` +
-				stricterRule + ` (paths are clean: no '.' or '..' element, no '//'))`,
+				fmt.Sprintf(stricterRule, "paths are clean, with no '.' or '..' element and no '//'") + `)`,
 			`devices[6].containerPath: Invalid value: "/opt/q": a device node must be a path under /dev/ (` +
-				stricterRule + ` (device nodes stay under /dev/ on both sides))`,
+				fmt.Sprintf(stricterRule, "device nodes stay under /dev/ on both sides") + `)`,
 			`annotations[bad key]: Invalid value: "bad key": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') (` +
-				stricterRule + ` (annotation keys are qualified names, as Kubernetes annotations are))`,
+				fmt.Sprintf(stricterRule, "annotation keys are qualified names, as Kubernetes annotations are") + `)`,
 		},
 		permissions: []string{`devices[0].permissions: Invalid value: "rwx": want a subset of "rwm" (` + kubeletRule + `)`},
 		duplicates: []string{
@@ -105,5 +107,27 @@ func TestValidateContainerResponse(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(responseProblems{})); diff != "" {
 		t.Errorf("validateContainerResponse (-want +got):\n%s", diff)
+	}
+}
+
+// Each of the agent's refusals is told as the kubelet's rule or kubedevice's stricter one.
+func TestRuleOfTheAgentsRefusals(t *testing.T) {
+	tests := []struct {
+		resp *v1beta1.ContainerAllocateResponse
+		want string
+	}{
+		{&v1beta1.ContainerAllocateResponse{Mounts: []*v1beta1.Mount{{ContainerPath: "/", HostPath: "/h"}}},
+			fmt.Sprintf(stricterRule, "no mount covers the container's root")},
+		{&v1beta1.ContainerAllocateResponse{Envs: map[string]string{"A": strings.Repeat("x", 32769)}},
+			fmt.Sprintf(stricterRule, "within the limits of the DeviceAllocation object that records it")},
+		{&v1beta1.ContainerAllocateResponse{Devices: []*v1beta1.DeviceSpec{{ContainerPath: "dev/x", HostPath: "/dev/x", Permissions: "r"}}}, kubeletRule},
+		{&v1beta1.ContainerAllocateResponse{Devices: []*v1beta1.DeviceSpec{{ContainerPath: "/dev/x", HostPath: "/proc/1/root", Permissions: "r"}}},
+			fmt.Sprintf(stricterRule, "device nodes stay under /dev/ on both sides")},
+	}
+	for _, tc := range tests {
+		p := validateContainerResponse("example.com/x", tc.resp)
+		if len(p.paths) != 1 || !strings.HasSuffix(p.paths[0], "("+tc.want+")") {
+			t.Errorf("%v: paths %q, want one ending in (%s)", tc.resp, p.paths, tc.want)
+		}
 	}
 }
