@@ -280,7 +280,7 @@ demo: envtest-assets build ## Run the demo: a local cluster with the agent, cont
 	$(LOCALBIN)/kubedevice dev $(if $(PLUGIN),--plugin '$(PLUGIN)')
 
 .PHONY: plugin-test
-plugin-test: ## Check the device plugin PLUGIN='cmd --plugin-dir={plugin-dir}' (HEALTH_CHANGE='shell command' and PLUGIN_TEST_FLAGS='--mount-namespace' optional): a conformance report, JUnit in bin/plugin-test/report.xml.
+plugin-test: ## Check the device plugin PLUGIN='cmd --plugin-dir={plugin-dir}' (or {plugins-registry-dir} for one that registers through the plugin watcher; HEALTH_CHANGE='shell command', run per resource with KUBEDEVICE_RESOURCE_NAME set, and PLUGIN_TEST_FLAGS='--mount-namespace' optional): a conformance report, JUnit in bin/plugin-test/report.xml.
 	@[ -n "$(PLUGIN)" ] || { echo "make plugin-test needs PLUGIN='<your plugin's command line, with {plugin-dir}>'"; exit 1; }
 	@mkdir -p $(PLUGIN_TEST_BIN)
 	go build -ldflags "$(VERSION_LDFLAGS)" -o $(PLUGIN_TEST_BIN)/kubedevice ./cmd/kubedevice
