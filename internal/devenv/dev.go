@@ -85,7 +85,8 @@ type Options struct {
 	// Plugins are the command lines (run with sh -c) of device plugins to run beside the Gopher,
 	// pointed at the agent's plugin directory: {plugin-dir} in the command is replaced by it, and
 	// KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_KUBELET_SOCKET are set. For each, the demo waits for
-	// its resource and creates a pod asking for one device of it.
+	// every resource it registers and creates a pod asking for one device of each. One that ends
+	// while the cluster serves is reported, and the cluster keeps running.
 	Plugins []string
 	// PluginSockets are plugins that already run, as RESOURCE=SOCKET: each socket is linked into the
 	// agent's plugin directory and registered for RESOURCE, as the plugin would register itself.

@@ -58,6 +58,10 @@ func nodeDeviceReady(nd *kdv1alpha1.NodeDevice, gophers []string, deviceCapacity
 	}
 	seen := fmt.Sprintf("NodeDevice %s: plugin %s, capacity %d, allocatable %d, devices [%s]",
 		nd.Name, state, st.Capacity, st.Allocatable, strings.Join(ids, " "))
+	var s served
+	if s.add(nd); s.rejected != "" {
+		seen += "; " + s.rejected
+	}
 	ready := state == string(kdv1alpha1.PluginStateRegistered) && len(st.Devices) == len(gophers)
 	for i := 0; ready && i < len(gophers); i++ {
 		ready = st.Devices[i].ID == gophers[i]

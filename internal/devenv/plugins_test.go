@@ -172,6 +172,9 @@ func TestServedResources(t *testing.T) {
 	if !got[0].ready() || got[1].ready() {
 		t.Errorf("ready: %v, %v; want the resource with a healthy device ready, the rejected one not", got[0].ready(), got[1].ready())
 	}
+	if got, want := printableID("\x00"), `"\x00"`; got != want {
+		t.Errorf("printableID(NUL) = %s, want %s", got, want)
+	}
 	gone := pick(all, []string{"example.com/gone", "example.com/none"})
 	if gone[0].state != string(kdv1alpha1.PluginStateDisconnected) || gone[1].state != "no NodeDevice" {
 		t.Errorf("states %q, %q; want Disconnected, no NodeDevice", gone[0].state, gone[1].state)

@@ -124,7 +124,12 @@ func (d *dev) restartPlugin(ctx context.Context, ap *authorPlugin) error {
 		} else if err := d.startAuthorCommand(ap); err != nil {
 			return "", err
 		}
-		return d.waitServing(ctx, ap)
+		detail, err := d.waitServing(ctx, ap)
+		if ap.comp != nil && err != nil {
+			// An end the error reports already.
+			ap.reported, _ = ap.comp.ended()
+		}
+		return detail, err
 	})
 }
 

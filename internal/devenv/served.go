@@ -20,7 +20,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,12 +90,21 @@ func (s *served) add(nd *kdv1alpha1.NodeDevice) {
 	s.allocatable += int64(st.Allocatable)
 	s.allocated += int64(st.Allocated)
 	for _, dev := range st.Devices {
-		s.devices = append(s.devices, dev.ID+"("+string(dev.Health)+")")
+		s.devices = append(s.devices, printableID(dev.ID)+"("+string(dev.Health)+")")
 	}
 	if cond := apimeta.FindStatusCondition(st.Conditions, kdv1alpha1.NodeDeviceHealthy); cond != nil &&
 		cond.Status == metav1.ConditionFalse && cond.Reason == kdv1alpha1.ReasonDeviceListRejected {
 		s.rejected = fmt.Sprintf("%s=%s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message)
 	}
+}
+
+// printableID is a device ID as a terminal can show it: quoted when it holds a character that is
+// not printable (the kubelet accepts control characters, NUL included).
+func printableID(id string) string {
+	if strings.IndexFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(id)
+	}
+	return id
 }
 
 // newResources returns the resources of all that are not among known, in name order.
