@@ -270,14 +270,15 @@ version: ## Print the version the build gives the binaries, the image and the ch
 # (see docs/plugin-authors.md); HEALTH_CHANGE is a shell command that flips a device's
 # health, for `make plugin-test`.
 PLUGIN ?=
+PLUGIN_DRA ?=
 HEALTH_CHANGE ?=
 # PLUGIN_TEST_FLAGS are more flags for `kubedevice plugin test`, e.g. --mount-namespace (a plugin
 # that hard-codes /var/lib/kubelet/device-plugins; root) or --strict.
 PLUGIN_TEST_FLAGS ?=
 
 .PHONY: demo
-demo: envtest-assets build ## Run the demo: a local cluster with the agent, controller and Gopher plugin (bin/kubedevice dev; Ctrl-C stops it); PLUGIN='cmd --plugin-dir={plugin-dir}' adds your plugin.
-	$(LOCALBIN)/kubedevice dev $(if $(PLUGIN),--plugin '$(PLUGIN)')
+demo: envtest-assets build ## Run the demo: a local cluster with the agent, controller and Gopher plugin (bin/kubedevice dev; Ctrl-C stops it); PLUGIN='cmd --plugin-dir={plugin-dir}' adds your plugin, PLUGIN_DRA=<resource> serves that resource of it through DRA.
+	$(LOCALBIN)/kubedevice dev $(if $(PLUGIN),--plugin '$(PLUGIN)') $(if $(PLUGIN_DRA),--plugin-dra '$(PLUGIN_DRA)')
 
 .PHONY: plugin-test
 plugin-test: ## Check the device plugin PLUGIN='cmd --plugin-dir={plugin-dir}' (or {plugins-registry-dir} for one that registers through the plugin watcher; HEALTH_CHANGE='shell command', run per resource with KUBEDEVICE_RESOURCE_NAME set, and PLUGIN_TEST_FLAGS='--mount-namespace' optional): a conformance report, JUnit in bin/plugin-test/report.xml.
