@@ -196,30 +196,38 @@ func (r *Runner) connect(ctx context.Context) bool {
 		return false
 	}
 
-	closed := make(chan struct{})
-	var closeOnce sync.Once
-	var conn stdnet.Conn
-	var connMu sync.Mutex
+	c := &connection{closed: make(chan struct{})}
 	st, err := stub.New(r.plugin,
 		stub.WithPluginName(PluginName),
 		stub.WithPluginIdx(r.opts.PluginIndex),
 		stub.WithSocketPath(r.opts.SocketPath),
 		stub.WithLogger(stubLogger{logger: logger.WithName("stub")}),
-		stub.WithOnClose(func() { closeOnce.Do(func() { close(closed) }) }),
-		stub.WithDialer(func(path string) (stdnet.Conn, error) {
-			c, err := (&stdnet.Dialer{Timeout: r.opts.RegistrationTimeout}).DialContext(ctx, "unix", path)
-			connMu.Lock()
-			conn = c
-			connMu.Unlock()
-			return c, err
-		}),
+		stub.WithOnClose(func() { c.closeOnce.Do(func() { close(c.closed) }) }),
+		stub.WithDialer(func(path string) (stdnet.Conn, error) { return c.dial(ctx, path, r.opts.RegistrationTimeout) }),
 	)
 	if err != nil {
 		// Only invalid options fail here, and Complete checked them.
 		r.disconnected(logger, fmt.Errorf("creating the NRI plugin: %w", err))
 		return false
 	}
+	if !r.register(ctx, logger, st, c) {
+		return false
+	}
+	if r.setState(StateConnected) {
+		logger.Info("Connected to the container runtime's NRI socket: containers get their devices at creation")
+	}
+	select {
+	case <-c.closed:
+		r.disconnected(logger, errors.New("the runtime closed the NRI connection"))
+	case <-ctx.Done():
+		st.Stop()
+	}
+	return true
+}
 
+// register starts st and waits, at most the registration timeout, for the runtime to register
+// and configure it; it reports whether the runtime did.
+func (r *Runner) register(ctx context.Context, logger logr.Logger, st stub.Stub, c *connection) bool {
 	started := make(chan error, 1)
 	go func() { started <- st.Start(ctx) }()
 	timer := r.opts.Clock.NewTimer(r.opts.RegistrationTimeout)
@@ -228,41 +236,47 @@ func (r *Runner) connect(ctx context.Context) bool {
 	case err := <-started:
 		if err != nil {
 			r.disconnected(logger, fmt.Errorf("registering with the NRI socket: %w", err))
-			return false
 		}
-	case <-closed:
+		return err == nil
+	case <-c.closed:
 		r.disconnected(logger, errors.New("registering with the NRI socket: the runtime closed the connection"))
-		return false
 	case <-timer.C():
 		r.disconnected(logger, fmt.Errorf("registering with the NRI socket: no answer within %s", r.opts.RegistrationTimeout))
 		// Closing the connection ends a registration in progress. The stub waits for the
 		// runtime's configuration without a deadline: if the runtime never sends it, that
 		// goroutine stays, with a closed connection.
-		connMu.Lock()
-		if conn != nil {
-			_ = conn.Close()
-		}
-		connMu.Unlock()
-		return false
+		c.close()
 	case <-ctx.Done():
-		connMu.Lock()
-		if conn != nil {
-			_ = conn.Close()
-		}
-		connMu.Unlock()
-		return false
+		c.close()
 	}
+	return false
+}
 
-	if r.setState(StateConnected) {
-		logger.Info("Connected to the container runtime's NRI socket: containers get their devices at creation")
+// connection is one connection attempt's socket, and closed, closed when the stub says the
+// connection closed.
+type connection struct {
+	mu        sync.Mutex
+	conn      stdnet.Conn
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+// dial dials the socket at path, at most timeout, and remembers the connection.
+func (c *connection) dial(ctx context.Context, path string, timeout time.Duration) (stdnet.Conn, error) {
+	conn, err := (&stdnet.Dialer{Timeout: timeout}).DialContext(ctx, "unix", path)
+	c.mu.Lock()
+	c.conn = conn
+	c.mu.Unlock()
+	return conn, err
+}
+
+// close closes the connection, if one was dialled.
+func (c *connection) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil {
+		_ = c.conn.Close()
 	}
-	select {
-	case <-closed:
-		r.disconnected(logger, errors.New("the runtime closed the NRI connection"))
-	case <-ctx.Done():
-		st.Stop()
-	}
-	return true
 }
 
 // disconnected records a failed or closed connection; it logs the first of a series at Info and
