@@ -76,7 +76,6 @@ func (r *deviceAllocationReconciler) setupWithManager(mgr ctrl.Manager, opts crc
 
 // Reconcile deletes an orphaned DeviceAllocation or sets its Conflict condition.
 func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	logger := ctrl.LoggerFrom(ctx)
 	da := &kdv1alpha1.DeviceAllocation{}
 	if err := r.client.Get(ctx, req.NamespacedName, da); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -91,64 +90,85 @@ func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !podExists {
-		agent, err := r.leases.agentState(ctx, da.Spec.NodeName, now)
-		if err != nil {
+	if podExists {
+		if done, err := r.deleteSuperseded(ctx, da); done || err != nil {
 			return ctrl.Result{}, err
 		}
-		if !agent.ready {
-			// Nobody is left to release it: the pod is gone and so is the agent of its node.
-			// The preconditions keep a changed or recreated allocation; its own event brings it back.
-			err := r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
-			if apierrors.IsConflict(err) {
-				logger.V(1).Info("DeviceAllocation changed before its deletion; looking again on its event")
-				return ctrl.Result{}, nil
-			}
-			if client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, fmt.Errorf("deleting orphaned DeviceAllocation %s: %w", req.NamespacedName, err)
-			}
-			logger.Info("Deleted a DeviceAllocation whose pod and agent are gone", "pod", da.Spec.PodName, "agent", agent.reason)
-			return ctrl.Result{}, nil
+	} else {
+		expiresIn, done, err := r.deleteOrphaned(ctx, da, now)
+		if done || err != nil {
+			return ctrl.Result{}, err
 		}
 		// The agent releases it; if the agent goes first, come back then.
-		requeueAfter = agent.expiresIn
+		requeueAfter = expiresIn
 	}
-
-	if podExists {
-		superseded, err := r.superseded(ctx, da)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if superseded {
-			err := r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
-			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-				return ctrl.Result{}, fmt.Errorf("deleting superseded DeviceAllocation %s: %w", req.NamespacedName, err)
-			}
-			logger.Info("Deleted a DeviceAllocation named before names started with their node, which the agent rewrote under its new name", "pod", da.Spec.PodName)
-			return ctrl.Result{}, nil
-		}
+	if err := r.setConflict(ctx, da, now); err != nil {
+		return ctrl.Result{}, err
 	}
+	return ctrl.Result{RequeueAfter: requeueAfter}, nil
+}
 
+// deleteOrphaned deletes da, whose pod is gone, when the agent of its node is gone too, and
+// reports whether it is done with da; otherwise it returns when the agent's Lease expires.
+func (r *deviceAllocationReconciler) deleteOrphaned(ctx context.Context, da *kdv1alpha1.DeviceAllocation, now time.Time) (time.Duration, bool, error) {
+	logger := ctrl.LoggerFrom(ctx)
+	agent, err := r.leases.agentState(ctx, da.Spec.NodeName, now)
+	if err != nil || agent.ready {
+		return agent.expiresIn, false, err
+	}
+	// Nobody is left to release it: the pod is gone and so is the agent of its node.
+	// The preconditions keep a changed or recreated allocation; its own event brings it back.
+	err = r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
+	if apierrors.IsConflict(err) {
+		logger.V(1).Info("DeviceAllocation changed before its deletion; looking again on its event")
+		return 0, true, nil
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return 0, true, fmt.Errorf("deleting orphaned DeviceAllocation %s: %w", client.ObjectKeyFromObject(da), err)
+	}
+	logger.Info("Deleted a DeviceAllocation whose pod and agent are gone", "pod", da.Spec.PodName, "agent", agent.reason)
+	return 0, true, nil
+}
+
+// deleteSuperseded deletes da when the agent rewrote it under its new name, and reports whether
+// it did.
+func (r *deviceAllocationReconciler) deleteSuperseded(ctx context.Context, da *kdv1alpha1.DeviceAllocation) (bool, error) {
+	superseded, err := r.superseded(ctx, da)
+	if err != nil || !superseded {
+		return false, err
+	}
+	err = r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
+	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return true, fmt.Errorf("deleting superseded DeviceAllocation %s: %w", client.ObjectKeyFromObject(da), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleted a DeviceAllocation named before names started with their node, which the agent rewrote under its new name", "pod", da.Spec.PodName)
+	return true, nil
+}
+
+// setConflict sets or clears da's Conflict condition as the live allocations sharing its devices
+// say, with a Warning event when a conflict starts.
+func (r *deviceAllocationReconciler) setConflict(ctx context.Context, da *kdv1alpha1.DeviceAllocation, now time.Time) error {
 	peers, err := r.livePeers(ctx, da)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	got := meta.FindStatusCondition(da.Status.Conditions, kdv1alpha1.DeviceAllocationConflict)
 	want := conflictCondition(da, findConflicts(da, peers), metav1.NewTime(now))
-	if conflictChanged(got, want) {
-		wrote, err := writeConflict(ctx, r.client, da, want)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if wrote {
-			logger.Info("Set the Conflict condition", "conflict", want != nil)
-		}
-		if wrote && conflictStarted(got, want) {
-			r.recorder.Eventf(da, firstOther(da, peers), corev1.EventTypeWarning, kdv1alpha1.ReasonDeviceHeldTwice,
-				"DetectConflict", "%s", want.Message)
-		}
+	if !conflictChanged(got, want) {
+		return nil
 	}
-	return ctrl.Result{RequeueAfter: requeueAfter}, nil
+	wrote, err := writeConflict(ctx, r.client, da, want)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		ctrl.LoggerFrom(ctx).Info("Set the Conflict condition", "conflict", want != nil)
+	}
+	if wrote && conflictStarted(got, want) {
+		r.recorder.Eventf(da, firstOther(da, peers), corev1.EventTypeWarning, kdv1alpha1.ReasonDeviceHeldTwice,
+			"DetectConflict", "%s", want.Message)
+	}
+	return nil
 }
 
 // podExists reports whether the allocation's pod (same name and UID) exists. A pod the cache does
