@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -198,15 +199,11 @@ func kubeletDevices(devs []claimDevice, alloc nodeagent.ClaimAllocation, ids [][
 func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		if err := d.cdi.remove(string(c.UID)); err != nil {
-			out[c.UID] = err
-			continue
+		err := d.cdi.remove(string(c.UID))
+		if err == nil {
+			_, err = d.core.UnprepareClaim(ctx, string(c.UID))
 		}
-		if _, err := d.core.UnprepareClaim(ctx, string(c.UID)); err != nil {
-			out[c.UID] = err
-			continue
-		}
-		out[c.UID] = nil
+		out[c.UID] = err
 	}
 	return out, nil
 }
@@ -277,19 +274,7 @@ func healthReport(snaps []nodeagent.ResourceSnapshot, now time.Time) kubeletplug
 		}
 	}
 	slices.SortFunc(out.Devices, func(a, b kubeletplugin.DeviceHealth) int {
-		if a.PoolName != b.PoolName {
-			if a.PoolName < b.PoolName {
-				return -1
-			}
-			return 1
-		}
-		if a.DeviceName < b.DeviceName {
-			return -1
-		}
-		if a.DeviceName > b.DeviceName {
-			return 1
-		}
-		return 0
+		return cmp.Or(strings.Compare(a.PoolName, b.PoolName), strings.Compare(a.DeviceName, b.DeviceName))
 	})
 	return out
 }
