@@ -18,6 +18,7 @@ package allocpolicy
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -100,7 +101,7 @@ func checkStructure(resp *pluginapi.ContainerAllocateResponse) field.ErrorList {
 func checkEnvs(envs map[string]string) field.ErrorList {
 	path := field.NewPath("envs")
 	errs := tooMany(path, len(envs))
-	for _, name := range sortedKeys(envs) {
+	for _, name := range slices.Sorted(maps.Keys(envs)) {
 		p := path.Key(short(name))
 		switch {
 		case name == "":
@@ -146,7 +147,7 @@ func checkDevices(devices []*pluginapi.DeviceSpec) field.ErrorList {
 func checkAnnotations(annotations map[string]string) field.ErrorList {
 	path := field.NewPath("annotations")
 	errs := tooMany(path, len(annotations))
-	for _, key := range sortedKeys(annotations) {
+	for _, key := range slices.Sorted(maps.Keys(annotations)) {
 		p := path.Key(short(key))
 		if len(key) > MaxAnnotationKeyLen {
 			errs = append(errs, field.TooLong(p, "", MaxAnnotationKeyLen))
@@ -193,12 +194,12 @@ func (r *ResourcePolicy) check(resp *pluginapi.ContainerAllocateResponse) field.
 			}
 		}
 	}
-	for _, name := range sortedKeys(resp.GetEnvs()) {
+	for _, name := range slices.Sorted(maps.Keys(resp.GetEnvs())) {
 		if slices.Contains(r.ForbiddenEnvNames, name) {
 			errs = append(errs, field.Forbidden(field.NewPath("envs").Key(name), "the allocate policy of "+r.Resource+" forbids this env"))
 		}
 	}
-	for _, key := range sortedKeys(resp.GetAnnotations()) {
+	for _, key := range slices.Sorted(maps.Keys(resp.GetAnnotations())) {
 		for _, prefix := range r.ForbiddenAnnotationPrefixes {
 			if strings.HasPrefix(key, prefix) {
 				errs = append(errs, field.Forbidden(field.NewPath("annotations").Key(short(key)),
@@ -264,13 +265,4 @@ func short(s string) string {
 		return s
 	}
 	return s[:max] + "..."
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
