@@ -148,7 +148,7 @@ func (r *deviceAllocationReconciler) deleteSuperseded(ctx context.Context, da *k
 // setConflict sets or clears da's Conflict condition as the live allocations sharing its devices
 // say, with a Warning event when a conflict starts.
 func (r *deviceAllocationReconciler) setConflict(ctx context.Context, da *kdv1alpha1.DeviceAllocation, now time.Time) error {
-	peers, err := r.livePeers(ctx, da)
+	peers, err := r.sharing(ctx, da, indexer.LiveDeviceKeys(da)) // da included
 	if err != nil {
 		return err
 	}
@@ -190,14 +190,15 @@ func (r *deviceAllocationReconciler) podExists(ctx context.Context, da *kdv1alph
 	return false, nil
 }
 
-// livePeers returns the live allocations holding at least one of da's devices, da included.
-func (r *deviceAllocationReconciler) livePeers(ctx context.Context, da *kdv1alpha1.DeviceAllocation) ([]kdv1alpha1.DeviceAllocation, error) {
+// sharing returns the live allocations holding at least one of the devices of keys (da's), each
+// once; on an error, those listed before it.
+func (r *deviceAllocationReconciler) sharing(ctx context.Context, da *kdv1alpha1.DeviceAllocation, keys []string) ([]kdv1alpha1.DeviceAllocation, error) {
 	var peers []kdv1alpha1.DeviceAllocation
 	seen := map[types.UID]bool{}
-	for _, key := range indexer.LiveDeviceKeys(da) {
+	for _, key := range keys {
 		list := &kdv1alpha1.DeviceAllocationList{}
 		if err := r.client.List(ctx, list, client.MatchingFields{indexer.DeviceAllocationLiveDevice: key}); err != nil {
-			return nil, fmt.Errorf("listing the DeviceAllocations sharing a device with %s/%s: %w", da.Namespace, da.Name, err)
+			return peers, fmt.Errorf("listing the DeviceAllocations sharing a device with %s/%s: %w", da.Namespace, da.Name, err)
 		}
 		for i := range list.Items {
 			if !seen[list.Items[i].UID] {
@@ -224,19 +225,14 @@ func firstOther(da *kdv1alpha1.DeviceAllocation, peers []kdv1alpha1.DeviceAlloca
 // is itself live or not (it may just have been released or deleted).
 func (r *deviceAllocationReconciler) peersOf(ctx context.Context, o client.Object) []reconcile.Request {
 	da := o.(*kdv1alpha1.DeviceAllocation)
+	peers, err := r.sharing(ctx, da, indexer.DeviceKeys(da))
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the DeviceAllocations sharing a device", "deviceAllocation", client.ObjectKeyFromObject(da))
+	}
 	var reqs []reconcile.Request
-	seen := map[types.UID]bool{da.UID: true}
-	for _, key := range indexer.DeviceKeys(da) {
-		list := &kdv1alpha1.DeviceAllocationList{}
-		if err := r.client.List(ctx, list, client.MatchingFields{indexer.DeviceAllocationLiveDevice: key}); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Listing the DeviceAllocations sharing a device", "deviceAllocation", client.ObjectKeyFromObject(da))
-			return reqs
-		}
-		for i := range list.Items {
-			if !seen[list.Items[i].UID] {
-				seen[list.Items[i].UID] = true
-				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-			}
+	for i := range peers {
+		if peers[i].UID != da.UID {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&peers[i])})
 		}
 	}
 	return reqs
