@@ -196,28 +196,44 @@ func (r *Runner) connect(ctx context.Context) bool {
 		return false
 	}
 
-	c := &connection{closed: make(chan struct{})}
+	closed := make(chan struct{})
+	var closeOnce sync.Once
+	var conn stdnet.Conn
+	var connMu sync.Mutex
 	st, err := stub.New(r.plugin,
 		stub.WithPluginName(PluginName),
 		stub.WithPluginIdx(r.opts.PluginIndex),
 		stub.WithSocketPath(r.opts.SocketPath),
 		stub.WithLogger(stubLogger{logger: logger.WithName("stub")}),
-		stub.WithOnClose(func() { c.closeOnce.Do(func() { close(c.closed) }) }),
-		stub.WithDialer(func(path string) (stdnet.Conn, error) { return c.dial(ctx, path, r.opts.RegistrationTimeout) }),
+		stub.WithOnClose(func() { closeOnce.Do(func() { close(closed) }) }),
+		stub.WithDialer(func(path string) (stdnet.Conn, error) {
+			c, err := (&stdnet.Dialer{Timeout: r.opts.RegistrationTimeout}).DialContext(ctx, "unix", path)
+			connMu.Lock()
+			conn = c
+			connMu.Unlock()
+			return c, err
+		}),
 	)
 	if err != nil {
 		// Only invalid options fail here, and Complete checked them.
 		r.disconnected(logger, fmt.Errorf("creating the NRI plugin: %w", err))
 		return false
 	}
-	if !r.register(ctx, logger, st, c) {
+	closeConn := func() {
+		connMu.Lock()
+		defer connMu.Unlock()
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}
+	if !r.register(ctx, logger, st, closed, closeConn) {
 		return false
 	}
 	if r.setState(StateConnected) {
 		logger.Info("Connected to the container runtime's NRI socket: containers get their devices at creation")
 	}
 	select {
-	case <-c.closed:
+	case <-closed:
 		r.disconnected(logger, errors.New("the runtime closed the NRI connection"))
 	case <-ctx.Done():
 		st.Stop()
@@ -226,8 +242,9 @@ func (r *Runner) connect(ctx context.Context) bool {
 }
 
 // register starts st and waits, at most the registration timeout, for the runtime to register
-// and configure it; it reports whether the runtime did.
-func (r *Runner) register(ctx context.Context, logger logr.Logger, st stub.Stub, c *connection) bool {
+// and configure it; it reports whether the runtime did. closed is closed when the runtime closes
+// the connection; closeConn closes the connection dialled.
+func (r *Runner) register(ctx context.Context, logger logr.Logger, st stub.Stub, closed <-chan struct{}, closeConn func()) bool {
 	started := make(chan error, 1)
 	go func() { started <- st.Start(ctx) }()
 	timer := r.opts.Clock.NewTimer(r.opts.RegistrationTimeout)
@@ -238,45 +255,18 @@ func (r *Runner) register(ctx context.Context, logger logr.Logger, st stub.Stub,
 			r.disconnected(logger, fmt.Errorf("registering with the NRI socket: %w", err))
 		}
 		return err == nil
-	case <-c.closed:
+	case <-closed:
 		r.disconnected(logger, errors.New("registering with the NRI socket: the runtime closed the connection"))
 	case <-timer.C():
 		r.disconnected(logger, fmt.Errorf("registering with the NRI socket: no answer within %s", r.opts.RegistrationTimeout))
 		// Closing the connection ends a registration in progress. The stub waits for the
 		// runtime's configuration without a deadline: if the runtime never sends it, that
 		// goroutine stays, with a closed connection.
-		c.close()
+		closeConn()
 	case <-ctx.Done():
-		c.close()
+		closeConn()
 	}
 	return false
-}
-
-// connection is one connection attempt's socket, and closed, closed when the stub says the
-// connection closed.
-type connection struct {
-	mu        sync.Mutex
-	conn      stdnet.Conn
-	closed    chan struct{}
-	closeOnce sync.Once
-}
-
-// dial dials the socket at path, at most timeout, and remembers the connection.
-func (c *connection) dial(ctx context.Context, path string, timeout time.Duration) (stdnet.Conn, error) {
-	conn, err := (&stdnet.Dialer{Timeout: timeout}).DialContext(ctx, "unix", path)
-	c.mu.Lock()
-	c.conn = conn
-	c.mu.Unlock()
-	return conn, err
-}
-
-// close closes the connection, if one was dialled.
-func (c *connection) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.conn != nil {
-		_ = c.conn.Close()
-	}
 }
 
 // disconnected records a failed or closed connection; it logs the first of a series at Info and
