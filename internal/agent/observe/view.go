@@ -111,8 +111,7 @@ func build(r reading, mem memory, allow func(string) bool, now time.Time) view {
 			rm = &resourceMemory{since: now, devices: map[string]*deviceMemory{}}
 			mem[res] = rm
 		}
-		m.mergeNamed(res, rm, now)
-		rm.setHealth(m.healthy[res], now)
+		m.rememberNamed(res, rm, now)
 		forgetUncounted(r.node, res, rm, len(m.healthy[res]), m.held[res])
 		v.resources[res] = m.snapshot(res, rm, podHealth)
 	}
@@ -206,9 +205,10 @@ func (m *merge) hold(holder nodeagent.DeviceHolder, c *podresourcesapi.Container
 	}
 }
 
-// mergeNamed remembers every device of res the kubelet names: in its checkpoint, as held, as
-// allocatable, each later source's NUMA nodes over the earlier's.
-func (m *merge) mergeNamed(res string, rm *resourceMemory, now time.Time) {
+// rememberNamed remembers every device of res the kubelet names (in its checkpoint, as held, as
+// allocatable, each later source's NUMA nodes over the earlier's), Healthy when allocatable,
+// Unhealthy otherwise.
+func (m *merge) rememberNamed(res string, rm *resourceMemory, now time.Time) {
 	for _, id := range m.r.checkpoint.RegisteredDevices[res] {
 		rm.see(id, nil, now)
 	}
@@ -228,6 +228,15 @@ func (m *merge) mergeNamed(res string, rm *resourceMemory, now time.Time) {
 	for id, numa := range m.healthy[res] {
 		rm.see(id, numa, now)
 	}
+	for id, d := range rm.devices {
+		h := nodeagent.Unhealthy
+		if _, ok := m.healthy[res][id]; ok {
+			h, d.lastHealthy = nodeagent.Healthy, now
+		}
+		if d.health != h {
+			d.health, d.since = h, now
+		}
+	}
 }
 
 // see remembers device id, with its NUMA nodes when numa is not nil.
@@ -239,19 +248,6 @@ func (rm *resourceMemory) see(id string, numa []int64, now time.Time) {
 	}
 	if numa != nil {
 		d.numa = numa
-	}
-}
-
-// setHealth marks the remembered devices in healthy Healthy and the others Unhealthy.
-func (rm *resourceMemory) setHealth(healthy map[string][]int64, now time.Time) {
-	for id, d := range rm.devices {
-		h := nodeagent.Unhealthy
-		if _, ok := healthy[id]; ok {
-			h, d.lastHealthy = nodeagent.Healthy, now
-		}
-		if d.health != h {
-			d.health, d.since = h, now
-		}
 	}
 }
 
