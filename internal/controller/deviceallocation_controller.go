@@ -85,22 +85,19 @@ func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	}
 	now := r.clock.Now()
 
-	var requeueAfter time.Duration
 	podExists, err := r.podExists(ctx, da)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	var requeueAfter time.Duration
+	var done bool
 	if podExists {
-		if done, err := r.deleteSuperseded(ctx, da); done || err != nil {
-			return ctrl.Result{}, err
-		}
+		done, err = r.deleteSuperseded(ctx, da)
 	} else {
-		expiresIn, done, err := r.deleteOrphaned(ctx, da, now)
-		if done || err != nil {
-			return ctrl.Result{}, err
-		}
-		// The agent releases it; if the agent goes first, come back then.
-		requeueAfter = expiresIn
+		requeueAfter, done, err = r.deleteOrphaned(ctx, da, now)
+	}
+	if done || err != nil {
+		return ctrl.Result{}, err
 	}
 	if err := r.setConflict(ctx, da, now); err != nil {
 		return ctrl.Result{}, err
@@ -109,7 +106,8 @@ func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 }
 
 // deleteOrphaned deletes da, whose pod is gone, when the agent of its node is gone too, and
-// reports whether it is done with da; otherwise it returns when the agent's Lease expires.
+// reports whether it is done with da. Otherwise the agent releases it; if the agent goes first,
+// da is looked at again then: it returns when the agent's Lease expires.
 func (r *deviceAllocationReconciler) deleteOrphaned(ctx context.Context, da *kdv1alpha1.DeviceAllocation, now time.Time) (time.Duration, bool, error) {
 	logger := ctrl.LoggerFrom(ctx)
 	agent, err := r.leases.agentState(ctx, da.Spec.NodeName, now)
