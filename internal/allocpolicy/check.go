@@ -18,6 +18,7 @@ package allocpolicy
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -90,14 +91,18 @@ func (p *Policy) Check(resource string, resp *pluginapi.ContainerAllocateRespons
 	return nil
 }
 
+// checkStructure checks each field of the response against the DeviceAllocation CRD's limits and
+// what the runtime can take.
 func checkStructure(resp *pluginapi.ContainerAllocateResponse) field.ErrorList {
-	var errs field.ErrorList
+	return slices.Concat(checkEnvs(resp.GetEnvs()), checkMounts(resp.GetMounts()), checkDevices(resp.GetDevices()),
+		checkAnnotations(resp.GetAnnotations()), checkCDIDevices(resp.GetCdiDevices()))
+}
 
-	envs := field.NewPath("envs")
-	errs = append(errs, tooMany(envs, len(resp.GetEnvs()))...)
-	for _, name := range sortedKeys(resp.GetEnvs()) {
-		value := resp.GetEnvs()[name]
-		p := envs.Key(short(name))
+func checkEnvs(envs map[string]string) field.ErrorList {
+	path := field.NewPath("envs")
+	errs := tooMany(path, len(envs))
+	for _, name := range slices.Sorted(maps.Keys(envs)) {
+		p := path.Key(short(name))
 		switch {
 		case name == "":
 			errs = append(errs, field.Required(p, "an env name must not be empty"))
@@ -106,47 +111,59 @@ func checkStructure(resp *pluginapi.ContainerAllocateResponse) field.ErrorList {
 		case strings.ContainsAny(name, "=\x00"):
 			errs = append(errs, field.Invalid(p, short(name), "an env name must not hold '=' or NUL"))
 		}
-		errs = append(errs, checkValue(p, value)...)
+		errs = append(errs, checkValue(p, envs[name])...)
 	}
+	return errs
+}
 
-	mounts := field.NewPath("mounts")
-	errs = append(errs, tooMany(mounts, len(resp.GetMounts()))...)
-	for i, m := range resp.GetMounts() {
-		p := mounts.Index(i)
+func checkMounts(mounts []*pluginapi.Mount) field.ErrorList {
+	path := field.NewPath("mounts")
+	errs := tooMany(path, len(mounts))
+	for i, m := range mounts {
+		p := path.Index(i)
 		errs = append(errs, checkPath(p.Child("containerPath"), m.GetContainerPath())...)
 		errs = append(errs, checkPath(p.Child("hostPath"), m.GetHostPath())...)
 		if m.GetContainerPath() == "/" {
 			errs = append(errs, field.Invalid(p.Child("containerPath"), "/", "a mount must not cover the container's root"))
 		}
 	}
+	return errs
+}
 
-	devices := field.NewPath("devices")
-	errs = append(errs, tooMany(devices, len(resp.GetDevices()))...)
-	for i, d := range resp.GetDevices() {
-		p := devices.Index(i)
+func checkDevices(devices []*pluginapi.DeviceSpec) field.ErrorList {
+	path := field.NewPath("devices")
+	errs := tooMany(path, len(devices))
+	for i, d := range devices {
+		p := path.Index(i)
 		errs = append(errs, checkDevicePath(p.Child("containerPath"), d.GetContainerPath())...)
 		errs = append(errs, checkDevicePath(p.Child("hostPath"), d.GetHostPath())...)
 		if perm := d.GetPermissions(); len(perm) > MaxPermissionsLength || !validPermissions(perm) {
 			errs = append(errs, field.Invalid(p.Child("permissions"), short(perm), `want a subset of "rwm"`))
 		}
 	}
+	return errs
+}
 
-	annotations := field.NewPath("annotations")
-	errs = append(errs, tooMany(annotations, len(resp.GetAnnotations()))...)
-	for _, key := range sortedKeys(resp.GetAnnotations()) {
-		p := annotations.Key(short(key))
+func checkAnnotations(annotations map[string]string) field.ErrorList {
+	path := field.NewPath("annotations")
+	errs := tooMany(path, len(annotations))
+	for _, key := range slices.Sorted(maps.Keys(annotations)) {
+		p := path.Key(short(key))
 		if len(key) > MaxAnnotationKeyLen {
 			errs = append(errs, field.TooLong(p, "", MaxAnnotationKeyLen))
 		} else if msgs := validation.IsQualifiedName(key); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(p, key, strings.Join(msgs, ", ")))
 		}
-		errs = append(errs, checkValue(p, resp.GetAnnotations()[key])...)
+		errs = append(errs, checkValue(p, annotations[key])...)
 	}
+	return errs
+}
 
-	cdi := field.NewPath("cdiDevices")
-	errs = append(errs, tooMany(cdi, len(resp.GetCdiDevices()))...)
-	for i, d := range resp.GetCdiDevices() {
-		p := cdi.Index(i).Child("name")
+func checkCDIDevices(devices []*pluginapi.CDIDevice) field.ErrorList {
+	path := field.NewPath("cdiDevices")
+	errs := tooMany(path, len(devices))
+	for i, d := range devices {
+		p := path.Index(i).Child("name")
 		name := d.GetName()
 		if len(name) > MaxCDIDeviceNameLen {
 			errs = append(errs, field.TooLong(p, "", MaxCDIDeviceNameLen))
@@ -177,12 +194,12 @@ func (r *ResourcePolicy) check(resp *pluginapi.ContainerAllocateResponse) field.
 			}
 		}
 	}
-	for _, name := range sortedKeys(resp.GetEnvs()) {
+	for _, name := range slices.Sorted(maps.Keys(resp.GetEnvs())) {
 		if slices.Contains(r.ForbiddenEnvNames, name) {
 			errs = append(errs, field.Forbidden(field.NewPath("envs").Key(name), "the allocate policy of "+r.Resource+" forbids this env"))
 		}
 	}
-	for _, key := range sortedKeys(resp.GetAnnotations()) {
+	for _, key := range slices.Sorted(maps.Keys(resp.GetAnnotations())) {
 		for _, prefix := range r.ForbiddenAnnotationPrefixes {
 			if strings.HasPrefix(key, prefix) {
 				errs = append(errs, field.Forbidden(field.NewPath("annotations").Key(short(key)),
@@ -248,13 +265,4 @@ func short(s string) string {
 		return s
 	}
 	return s[:max] + "..."
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -76,7 +76,6 @@ func (r *deviceAllocationReconciler) setupWithManager(mgr ctrl.Manager, opts crc
 
 // Reconcile deletes an orphaned DeviceAllocation or sets its Conflict condition.
 func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	logger := ctrl.LoggerFrom(ctx)
 	da := &kdv1alpha1.DeviceAllocation{}
 	if err := r.client.Get(ctx, req.NamespacedName, da); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -86,69 +85,88 @@ func (r *deviceAllocationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	}
 	now := r.clock.Now()
 
-	var requeueAfter time.Duration
 	podExists, err := r.podExists(ctx, da)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !podExists {
-		agent, err := r.leases.agentState(ctx, da.Spec.NodeName, now)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if !agent.ready {
-			// Nobody is left to release it: the pod is gone and so is the agent of its node.
-			// The preconditions keep a changed or recreated allocation; its own event brings it back.
-			err := r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
-			if apierrors.IsConflict(err) {
-				logger.V(1).Info("DeviceAllocation changed before its deletion; looking again on its event")
-				return ctrl.Result{}, nil
-			}
-			if client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, fmt.Errorf("deleting orphaned DeviceAllocation %s: %w", req.NamespacedName, err)
-			}
-			logger.Info("Deleted a DeviceAllocation whose pod and agent are gone", "pod", da.Spec.PodName, "agent", agent.reason)
-			return ctrl.Result{}, nil
-		}
-		// The agent releases it; if the agent goes first, come back then.
-		requeueAfter = agent.expiresIn
-	}
-
+	var requeueAfter time.Duration
+	var done bool
 	if podExists {
-		superseded, err := r.superseded(ctx, da)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if superseded {
-			err := r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
-			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-				return ctrl.Result{}, fmt.Errorf("deleting superseded DeviceAllocation %s: %w", req.NamespacedName, err)
-			}
-			logger.Info("Deleted a DeviceAllocation named before names started with their node, which the agent rewrote under its new name", "pod", da.Spec.PodName)
-			return ctrl.Result{}, nil
-		}
+		done, err = r.deleteSuperseded(ctx, da)
+	} else {
+		requeueAfter, done, err = r.deleteOrphaned(ctx, da, now)
 	}
-
-	peers, err := r.livePeers(ctx, da)
-	if err != nil {
+	if done || err != nil {
 		return ctrl.Result{}, err
+	}
+	if err := r.setConflict(ctx, da, now); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: requeueAfter}, nil
+}
+
+// deleteOrphaned deletes da, whose pod is gone, when the agent of its node is gone too, and
+// reports whether it is done with da. Otherwise the agent releases it; if the agent goes first,
+// da is looked at again then: it returns when the agent's Lease expires.
+func (r *deviceAllocationReconciler) deleteOrphaned(ctx context.Context, da *kdv1alpha1.DeviceAllocation, now time.Time) (time.Duration, bool, error) {
+	logger := ctrl.LoggerFrom(ctx)
+	agent, err := r.leases.agentState(ctx, da.Spec.NodeName, now)
+	if err != nil || agent.ready {
+		return agent.expiresIn, false, err
+	}
+	// Nobody is left to release it: the pod is gone and so is the agent of its node.
+	// The preconditions keep a changed or recreated allocation; its own event brings it back.
+	err = r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
+	if apierrors.IsConflict(err) {
+		logger.V(1).Info("DeviceAllocation changed before its deletion; looking again on its event")
+		return 0, true, nil
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return 0, true, fmt.Errorf("deleting orphaned DeviceAllocation %s: %w", client.ObjectKeyFromObject(da), err)
+	}
+	logger.Info("Deleted a DeviceAllocation whose pod and agent are gone", "pod", da.Spec.PodName, "agent", agent.reason)
+	return 0, true, nil
+}
+
+// deleteSuperseded deletes da when the agent rewrote it under its new name, and reports whether
+// it did.
+func (r *deviceAllocationReconciler) deleteSuperseded(ctx context.Context, da *kdv1alpha1.DeviceAllocation) (bool, error) {
+	superseded, err := r.superseded(ctx, da)
+	if err != nil || !superseded {
+		return false, err
+	}
+	err = r.client.Delete(ctx, da, client.Preconditions{UID: &da.UID, ResourceVersion: &da.ResourceVersion})
+	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return true, fmt.Errorf("deleting superseded DeviceAllocation %s: %w", client.ObjectKeyFromObject(da), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleted a DeviceAllocation named before names started with their node, which the agent rewrote under its new name", "pod", da.Spec.PodName)
+	return true, nil
+}
+
+// setConflict sets or clears da's Conflict condition as the live allocations sharing its devices
+// say, with a Warning event when a conflict starts.
+func (r *deviceAllocationReconciler) setConflict(ctx context.Context, da *kdv1alpha1.DeviceAllocation, now time.Time) error {
+	peers, err := r.sharing(ctx, da, indexer.LiveDeviceKeys(da)) // da included
+	if err != nil {
+		return err
 	}
 	got := meta.FindStatusCondition(da.Status.Conditions, kdv1alpha1.DeviceAllocationConflict)
 	want := conflictCondition(da, findConflicts(da, peers), metav1.NewTime(now))
-	if conflictChanged(got, want) {
-		wrote, err := writeConflict(ctx, r.client, da, want)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if wrote {
-			logger.Info("Set the Conflict condition", "conflict", want != nil)
-		}
-		if wrote && conflictStarted(got, want) {
-			r.recorder.Eventf(da, firstOther(da, peers), corev1.EventTypeWarning, kdv1alpha1.ReasonDeviceHeldTwice,
-				"DetectConflict", "%s", want.Message)
-		}
+	if !conflictChanged(got, want) {
+		return nil
 	}
-	return ctrl.Result{RequeueAfter: requeueAfter}, nil
+	wrote, err := writeConflict(ctx, r.client, da, want)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		ctrl.LoggerFrom(ctx).Info("Set the Conflict condition", "conflict", want != nil)
+	}
+	if wrote && conflictStarted(got, want) {
+		r.recorder.Eventf(da, firstOther(da, peers), corev1.EventTypeWarning, kdv1alpha1.ReasonDeviceHeldTwice,
+			"DetectConflict", "%s", want.Message)
+	}
+	return nil
 }
 
 // podExists reports whether the allocation's pod (same name and UID) exists. A pod the cache does
@@ -170,14 +188,15 @@ func (r *deviceAllocationReconciler) podExists(ctx context.Context, da *kdv1alph
 	return false, nil
 }
 
-// livePeers returns the live allocations holding at least one of da's devices, da included.
-func (r *deviceAllocationReconciler) livePeers(ctx context.Context, da *kdv1alpha1.DeviceAllocation) ([]kdv1alpha1.DeviceAllocation, error) {
+// sharing returns the live allocations holding at least one of the devices of keys (da's), each
+// once; on an error, those listed before it.
+func (r *deviceAllocationReconciler) sharing(ctx context.Context, da *kdv1alpha1.DeviceAllocation, keys []string) ([]kdv1alpha1.DeviceAllocation, error) {
 	var peers []kdv1alpha1.DeviceAllocation
 	seen := map[types.UID]bool{}
-	for _, key := range indexer.LiveDeviceKeys(da) {
+	for _, key := range keys {
 		list := &kdv1alpha1.DeviceAllocationList{}
 		if err := r.client.List(ctx, list, client.MatchingFields{indexer.DeviceAllocationLiveDevice: key}); err != nil {
-			return nil, fmt.Errorf("listing the DeviceAllocations sharing a device with %s/%s: %w", da.Namespace, da.Name, err)
+			return peers, fmt.Errorf("listing the DeviceAllocations sharing a device with %s/%s: %w", da.Namespace, da.Name, err)
 		}
 		for i := range list.Items {
 			if !seen[list.Items[i].UID] {
@@ -204,19 +223,14 @@ func firstOther(da *kdv1alpha1.DeviceAllocation, peers []kdv1alpha1.DeviceAlloca
 // is itself live or not (it may just have been released or deleted).
 func (r *deviceAllocationReconciler) peersOf(ctx context.Context, o client.Object) []reconcile.Request {
 	da := o.(*kdv1alpha1.DeviceAllocation)
+	peers, err := r.sharing(ctx, da, indexer.DeviceKeys(da))
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the DeviceAllocations sharing a device", "deviceAllocation", client.ObjectKeyFromObject(da))
+	}
 	var reqs []reconcile.Request
-	seen := map[types.UID]bool{da.UID: true}
-	for _, key := range indexer.DeviceKeys(da) {
-		list := &kdv1alpha1.DeviceAllocationList{}
-		if err := r.client.List(ctx, list, client.MatchingFields{indexer.DeviceAllocationLiveDevice: key}); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Listing the DeviceAllocations sharing a device", "deviceAllocation", client.ObjectKeyFromObject(da))
-			return reqs
-		}
-		for i := range list.Items {
-			if !seen[list.Items[i].UID] {
-				seen[list.Items[i].UID] = true
-				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-			}
+	for i := range peers {
+		if peers[i].UID != da.UID {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&peers[i])})
 		}
 	}
 	return reqs

@@ -240,13 +240,10 @@ func isReleased(da *kdv1alpha1.DeviceAllocation) bool {
 // that no NodeDevice lists, and where the DeviceAllocations disagree with the NodeDevices' holders.
 func (b *nodeBuilder) compareAllocations(devices []Device) (waiting []Waiting, unlisted []Device, disagreements []string) {
 	type key struct{ resource, id string }
-	holders := map[key]string{}
-	listed := map[key]bool{}
+	holders := map[key]string{} // every listed device, to its holder; "" when it is free
 	for _, d := range devices {
-		k := key{d.Resource, d.ID}
-		listed[k] = true
-		if d.Holder != "" {
-			holders[k] = d.Holder
+		if _, ok := holders[key{d.Resource, d.ID}]; !ok || d.Holder != "" {
+			holders[key{d.Resource, d.ID}] = d.Holder
 		}
 	}
 	// recorded maps a device to the pod whose DeviceAllocation records it. One pod may record a
@@ -276,13 +273,13 @@ func (b *nodeBuilder) compareAllocations(devices []Device) (waiting []Waiting, u
 					}
 					recorded[k] = pod
 					holder := pod + "/" + ctr.Name
-					switch nd, held := holders[k]; {
+					switch nd, listed := holders[k]; {
 					case seen:
 						disagreements = append(disagreements, fmt.Sprintf("%s %s: DeviceAllocations record it for both %s and %s",
 							r.ResourceName, id, prev, pod))
-					case !listed[k]:
+					case !listed:
 						unlisted = append(unlisted, Device{Resource: r.ResourceName, ID: id, Holder: holder, Unlisted: true})
-					case !held:
+					case nd == "":
 						disagreements = append(disagreements, fmt.Sprintf("%s %s: DeviceAllocation %s/%s records it for %s, the NodeDevice lists it free",
 							r.ResourceName, id, da.Namespace, da.Name, holder))
 					case podOf(nd) != pod:

@@ -237,35 +237,15 @@ func staticBinary(file string) ([]byte, error) {
 	return data, nil
 }
 
+// writeRootfs writes the image's root file system to out as a tar stream: the directories and
+// accounts a shell expects, busybox and its applets, the pause binary and spec's binaries.
 func writeRootfs(out io.Writer, spec Spec) error {
 	w := &rootfsWriter{tw: tar.NewWriter(out), dirs: map[string]bool{}}
-	for _, d := range []string{"bin", "dev", "etc", "proc", "root", "sbin", "sys", "usr/bin", "usr/sbin", "usr/local/bin", "var", "run"} {
-		if err := w.dir(d, 0o755); err != nil {
-			return fmt.Errorf("writing the layer: %w", err)
-		}
-	}
-	if err := w.dir("tmp", 0o1777); err != nil {
-		return fmt.Errorf("writing the layer: %w", err)
-	}
-	files := []struct {
-		name string
-		data string
-	}{
-		{"etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"},
-		{"etc/group", "root:x:0:\nnogroup:x:65534:\n"},
-	}
-	for _, f := range files {
-		if err := w.file(f.name, 0o644, []byte(f.data)); err != nil {
-			return fmt.Errorf("writing %s: %w", f.name, err)
-		}
-	}
-
-	busybox, err := staticBinary(spec.Busybox)
-	if err != nil {
+	if err := w.base(); err != nil {
 		return err
 	}
-	if err := w.file("bin/busybox", 0o755, busybox); err != nil {
-		return fmt.Errorf("writing bin/busybox: %w", err)
+	if err := w.binary("bin/busybox", spec.Busybox); err != nil {
+		return err
 	}
 	applets := append([]string(nil), spec.Applets...)
 	sort.Strings(applets)
@@ -280,30 +260,54 @@ func writeRootfs(out io.Writer, spec Spec) error {
 			return fmt.Errorf("linking %s: %w", a, err)
 		}
 	}
-
-	pause, err := staticBinary(spec.Pause)
-	if err != nil {
+	if err := w.binary("pause", spec.Pause); err != nil {
 		return err
 	}
-	if err := w.file("pause", 0o755, pause); err != nil {
-		return fmt.Errorf("writing pause: %w", err)
-	}
 	for _, b := range spec.Binaries {
-		data, err := staticBinary(b)
-		if err != nil {
-			return err
-		}
 		name := "usr/local/bin/" + filepath.Base(b)
 		if seen[name] {
 			return fmt.Errorf("writing %s: two binaries of that name", name)
 		}
 		seen[name] = true
-		if err := w.file(name, 0o755, data); err != nil {
-			return fmt.Errorf("writing %s: %w", name, err)
+		if err := w.binary(name, b); err != nil {
+			return err
 		}
 	}
 	if err := w.tw.Close(); err != nil {
 		return fmt.Errorf("writing the layer: %w", err)
+	}
+	return nil
+}
+
+// base writes the directories and the account files.
+func (w *rootfsWriter) base() error {
+	for _, d := range []string{"bin", "dev", "etc", "proc", "root", "sbin", "sys", "usr/bin", "usr/sbin", "usr/local/bin", "var", "run"} {
+		if err := w.dir(d, 0o755); err != nil {
+			return fmt.Errorf("writing the layer: %w", err)
+		}
+	}
+	if err := w.dir("tmp", 0o1777); err != nil {
+		return fmt.Errorf("writing the layer: %w", err)
+	}
+	for _, f := range [][2]string{
+		{"etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"},
+		{"etc/group", "root:x:0:\nnogroup:x:65534:\n"},
+	} {
+		if err := w.file(f[0], 0o644, []byte(f[1])); err != nil {
+			return fmt.Errorf("writing %s: %w", f[0], err)
+		}
+	}
+	return nil
+}
+
+// binary writes the static binary file at name.
+func (w *rootfsWriter) binary(name, file string) error {
+	data, err := staticBinary(file)
+	if err != nil {
+		return err
+	}
+	if err := w.file(name, 0o755, data); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
 	}
 	return nil
 }

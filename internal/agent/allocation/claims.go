@@ -17,6 +17,7 @@ limitations under the License.
 package allocation
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -53,61 +54,68 @@ func claimDevices(claimNamed func(namespace, name string) (nodeagent.ClaimAlloca
 			claimName[st.Name] = *st.ResourceClaimName
 		}
 	}
-	claims := map[string]*nodeagent.ClaimAllocation{}
-	claim := func(name string) *nodeagent.ClaimAllocation {
-		if c, ok := claims[name]; ok {
-			return c
-		}
-		var out *nodeagent.ClaimAllocation
-		if c, ok := claimNamed(pod.Namespace, name); ok {
-			out = &c
-		}
-		claims[name] = out
-		return out
-	}
-	// container → resource → device IDs
-	held := map[string]map[string]sets.Set[string]{}
-	add := func(container string, c *nodeagent.ClaimAllocation, request string) {
-		if c == nil {
-			return
-		}
-		for _, ra := range c.Resources {
-			if request != "" && ra.Request != request && !strings.HasPrefix(ra.Request, request+"/") {
-				continue
-			}
-			if held[container] == nil {
-				held[container] = map[string]sets.Set[string]{}
-			}
-			if held[container][ra.ResourceName] == nil {
-				held[container][ra.ResourceName] = sets.New[string]()
-			}
-			held[container][ra.ResourceName].Insert(ra.DeviceIDs...)
-		}
-	}
+	h := &claimHolds{claimNamed: claimNamed, namespace: pod.Namespace,
+		claims: map[string]*nodeagent.ClaimAllocation{}, held: map[string]map[string]sets.Set[string]{}}
 	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
 		for _, rc := range c.Resources.Claims {
 			if name, ok := claimName[rc.Name]; ok {
-				add(c.Name, claim(name), rc.Request)
+				h.add(c.Name, name, rc.Request)
 			}
 		}
 	}
 	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
 		for _, m := range st.RequestMappings {
-			add(m.ContainerName, claim(st.ResourceClaimName), m.RequestName)
+			h.add(m.ContainerName, st.ResourceClaimName, m.RequestName)
 		}
 	}
-	if len(held) == 0 {
+	if len(h.held) == 0 {
 		return nil
 	}
 	out := &nodeagent.PodAllocation{PodUID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name}
-	for _, container := range slices.Sorted(mapsKeys(held)) {
+	for _, container := range slices.Sorted(maps.Keys(h.held)) {
 		ca := nodeagent.ContainerAllocation{Name: container}
-		for _, resource := range slices.Sorted(mapsKeys(held[container])) {
-			ca.Resources = append(ca.Resources, nodeagent.ResourceAllocation{ResourceName: resource, DeviceIDs: sets.List(held[container][resource])})
+		for _, resource := range slices.Sorted(maps.Keys(h.held[container])) {
+			ca.Resources = append(ca.Resources, nodeagent.ResourceAllocation{ResourceName: resource, DeviceIDs: sets.List(h.held[container][resource])})
 		}
 		out.Containers = append(out.Containers, ca)
 	}
 	return out
+}
+
+// claimHolds gathers what a pod's containers hold through the claims in its namespace: held is
+// container → resource → device IDs; claims are the claims looked up, nil when not prepared.
+type claimHolds struct {
+	claimNamed func(namespace, name string) (nodeagent.ClaimAllocation, bool)
+	namespace  string
+	claims     map[string]*nodeagent.ClaimAllocation
+	held       map[string]map[string]sets.Set[string]
+}
+
+// add records container as holding the devices of the claim's request (all its requests when
+// request is empty), when the claim is prepared.
+func (h *claimHolds) add(container, claim, request string) {
+	c, ok := h.claims[claim]
+	if !ok {
+		if prepared, found := h.claimNamed(h.namespace, claim); found {
+			c = &prepared
+		}
+		h.claims[claim] = c
+	}
+	if c == nil {
+		return
+	}
+	for _, ra := range c.Resources {
+		if request != "" && ra.Request != request && !strings.HasPrefix(ra.Request, request+"/") {
+			continue
+		}
+		if h.held[container] == nil {
+			h.held[container] = map[string]sets.Set[string]{}
+		}
+		if h.held[container][ra.ResourceName] == nil {
+			h.held[container][ra.ResourceName] = sets.New[string]()
+		}
+		h.held[container][ra.ResourceName].Insert(ra.DeviceIDs...)
+	}
 }
 
 // withClaims adds the claims' devices to the device plugin path's allocation (either may be nil):
@@ -133,14 +141,4 @@ func withClaims(alloc, claims *nodeagent.PodAllocation) *nodeagent.PodAllocation
 		out.Containers[i] = merged
 	}
 	return &out
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }

@@ -17,10 +17,12 @@ limitations under the License.
 package dra
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -69,6 +71,35 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
+	results, err := driverResults(claim)
+	if err != nil || len(results) == 0 {
+		return nil, err
+	}
+	ref := nodeagent.ClaimRef{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name}
+	devs, err := d.resolve(ref, results)
+	if err != nil {
+		return nil, err
+	}
+	alloc, err := d.core.PrepareClaim(ctx, ref, claimRequests(devs))
+	if err != nil {
+		return nil, err
+	}
+	spec, ids, dropped := claimSpec(alloc)
+	if len(dropped) > 0 {
+		logger.Info("The device plugins' Allocate responses hold annotations, which have no CDI equivalent: dropped", "annotations", dropped)
+	}
+	// Written on every prepare, so a spec lost with /var/run/cdi (a tmpfs) after a reboot comes
+	// back when the kubelet prepares the claim again.
+	if err := d.cdi.write(ref.UID, spec); err != nil {
+		return nil, err
+	}
+	devices := kubeletDevices(devs, alloc, ids)
+	logger.V(2).Info("Prepared claim", "devices", len(devices))
+	return devices, nil
+}
+
+// driverResults are the claim's allocation results of kubedevice's driver.
+func driverResults(claim *resourceapi.ResourceClaim) ([]resourceapi.DeviceRequestAllocationResult, error) {
 	var results []resourceapi.DeviceRequestAllocationResult
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != DriverName {
@@ -81,16 +112,23 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 		results = append(results, r)
 	}
-	if len(results) == 0 {
-		return nil, nil
-	}
-	ref := nodeagent.ClaimRef{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name}
+	return results, nil
+}
 
-	// Device names map back to plugin IDs through the published pools; a claim the core holds
-	// already maps through its record (names are a function of the IDs), so it is prepared again
-	// even if its plugin has gone for good meanwhile.
+// target is the plugin device an allocated device is: its resource and device ID.
+type target struct{ resource, id string }
+
+// claimDevice is an allocation result of kubedevice's driver and the plugin device it is.
+type claimDevice struct {
+	resourceapi.DeviceRequestAllocationResult
+	target
+}
+
+// resolve maps the results to plugin devices. Device names map back to plugin IDs through the
+// published pools; a claim the core holds already maps through its record (names are a function
+// of the IDs), so it is prepared again even if its plugin has gone for good meanwhile.
+func (d *driver) resolve(ref nodeagent.ClaimRef, results []resourceapi.DeviceRequestAllocationResult) ([]claimDevice, error) {
 	type deviceKey struct{ pool, device string }
-	type target struct{ resource, id string }
 	known := map[deviceKey]target{}
 	if prev, ok := d.core.Claim(ref.UID); ok {
 		for _, ra := range prev.Resources {
@@ -100,8 +138,7 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 	}
 	var pools map[string]pool
-	groups := map[[2]string]*nodeagent.ClaimRequest{}
-	var order [][2]string
+	devs := make([]claimDevice, 0, len(results))
 	for _, r := range results {
 		t, ok := known[deviceKey{r.Pool, r.Device}]
 		if !ok {
@@ -115,62 +152,46 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			}
 			t = target{p.resource, id}
 		}
-		k := [2]string{r.Request, t.resource}
-		if groups[k] == nil {
-			groups[k] = &nodeagent.ClaimRequest{Request: r.Request, ResourceName: t.resource}
-			order = append(order, k)
+		devs = append(devs, claimDevice{r, t})
+	}
+	return devs, nil
+}
+
+// claimRequests groups the devices by request and resource, in the order each group comes first.
+func claimRequests(devs []claimDevice) []nodeagent.ClaimRequest {
+	var reqs []nodeagent.ClaimRequest
+	at := map[[2]string]int{}
+	for _, d := range devs {
+		k := [2]string{d.Request, d.resource}
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(reqs), len(reqs)
+			reqs = append(reqs, nodeagent.ClaimRequest{Request: d.Request, ResourceName: d.resource})
 		}
-		groups[k].DeviceIDs = append(groups[k].DeviceIDs, t.id)
+		reqs[i].DeviceIDs = append(reqs[i].DeviceIDs, d.id)
 	}
-	reqs := make([]nodeagent.ClaimRequest, 0, len(order))
-	for _, k := range order {
-		reqs = append(reqs, *groups[k])
-	}
+	return reqs
+}
 
-	alloc, err := d.core.PrepareClaim(ctx, ref, reqs)
-	if err != nil {
-		return nil, err
-	}
-	spec, ids, dropped := claimSpec(alloc)
-	if len(dropped) > 0 {
-		logger.Info("The device plugins' Allocate responses hold annotations, which have no CDI equivalent: dropped", "annotations", dropped)
-	}
-	// Written on every prepare, so a spec lost with /var/run/cdi (a tmpfs) after a reboot comes
-	// back when the kubelet prepares the claim again.
-	if err := d.cdi.write(ref.UID, spec); err != nil {
-		return nil, err
-	}
-
-	// The CDI devices of a request and resource go with the first device of that group in the
-	// allocation, so a container using the request gets them once.
+// kubeletDevices are the prepared devices as the kubelet takes them. The CDI devices of a request
+// and resource go with the first device of that group in the allocation, so a container using the
+// request gets them once.
+func kubeletDevices(devs []claimDevice, alloc nodeagent.ClaimAllocation, ids [][]string) []kubeletplugin.Device {
 	groupIDs := map[[2]string][]string{}
 	for i, ra := range alloc.Resources {
 		groupIDs[[2]string{ra.Request, ra.ResourceName}] = ids[i]
 	}
-	request := func(r string) string {
-		if r == "" {
-			return nodeagent.ClaimContainer
-		}
-		return r
-	}
 	var devices []kubeletplugin.Device
-	for _, r := range results {
-		var t target
-		if kt, ok := known[deviceKey{r.Pool, r.Device}]; ok {
-			t = kt
-		} else {
-			t = target{pools[r.Pool].resource, pools[r.Pool].ids[r.Device]}
-		}
-		k := [2]string{request(r.Request), t.resource}
-		dev := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device}
+	for _, d := range devs {
+		k := [2]string{cmp.Or(d.Request, nodeagent.ClaimContainer), d.resource}
+		dev := kubeletplugin.Device{Requests: []string{d.Request}, PoolName: d.Pool, DeviceName: d.Device}
 		if cdi, ok := groupIDs[k]; ok {
 			dev.CDIDeviceIDs = cdi
 			delete(groupIDs, k)
 		}
 		devices = append(devices, dev)
 	}
-	logger.V(2).Info("Prepared claim", "devices", len(devices))
-	return devices, nil
+	return devices
 }
 
 // UnprepareResourceClaims frees each claim's devices in the core and removes its CDI spec. A claim
@@ -178,15 +199,11 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		if err := d.cdi.remove(string(c.UID)); err != nil {
-			out[c.UID] = err
-			continue
+		err := d.cdi.remove(string(c.UID))
+		if err == nil {
+			_, err = d.core.UnprepareClaim(ctx, string(c.UID))
 		}
-		if _, err := d.core.UnprepareClaim(ctx, string(c.UID)); err != nil {
-			out[c.UID] = err
-			continue
-		}
-		out[c.UID] = nil
+		out[c.UID] = err
 	}
 	return out, nil
 }
@@ -257,19 +274,7 @@ func healthReport(snaps []nodeagent.ResourceSnapshot, now time.Time) kubeletplug
 		}
 	}
 	slices.SortFunc(out.Devices, func(a, b kubeletplugin.DeviceHealth) int {
-		if a.PoolName != b.PoolName {
-			if a.PoolName < b.PoolName {
-				return -1
-			}
-			return 1
-		}
-		if a.DeviceName < b.DeviceName {
-			return -1
-		}
-		if a.DeviceName > b.DeviceName {
-			return 1
-		}
-		return 0
+		return cmp.Or(strings.Compare(a.PoolName, b.PoolName), strings.Compare(a.DeviceName, b.DeviceName))
 	})
 	return out
 }

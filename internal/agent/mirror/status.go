@@ -124,42 +124,64 @@ func nodeDeviceStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.Devic
 	if current != nil {
 		cur = current.Status
 	}
-	registered := snap.State == nodeagent.PluginRegistered
-	st := kdv1alpha1.NodeDeviceStatus{ObservedGeneration: generation}
+	restored := slices.ContainsFunc(snap.Devices, func(d nodeagent.DeviceSnapshot) bool { return d.Reason == nodeagent.ReasonAwaitingPlugin })
+	st := kdv1alpha1.NodeDeviceStatus{ObservedGeneration: generation, Plugin: pluginStatus(snap, cur.Plugin, restored)}
 	if snap.ServedByDRA {
 		st.Path = kdv1alpha1.DevicePathDRA
 	}
+	addDevices(&st, devices, cur.Devices, snap.State == nodeagent.PluginRegistered)
+	if info.BootID != "" || !info.LastWrite.IsZero() {
+		st.Checkpoint = &kdv1alpha1.CheckpointStatus{BootID: info.BootID, LastWriteTime: apiTime(info.LastWrite)}
+	}
 
-	st.Plugin = &kdv1alpha1.PluginStatus{
+	nowTime := metav1.NewTime(now.Truncate(time.Second))
+	for _, c := range []metav1.Condition{
+		registeredCondition(snap, restored, generation),
+		healthyCondition(snap, st, generation),
+	} {
+		st.Conditions = append(st.Conditions, contract.WithTransitionTime(c, meta.FindStatusCondition(cur.Conditions, c.Type), nowTime))
+	}
+	return st
+}
+
+// pluginStatus is the status of snap's plugin; cur is the one the cluster has (nil when none),
+// whose since a plugin still disconnected keeps, and whose options a restored resource keeps.
+func pluginStatus(snap nodeagent.ResourceSnapshot, cur *kdv1alpha1.PluginStatus, restored bool) *kdv1alpha1.PluginStatus {
+	p := &kdv1alpha1.PluginStatus{
 		State:                           kdv1alpha1.PluginStateDisconnected,
 		Since:                           apiTime(snap.StateSince),
 		PreStartRequired:                snap.Options.PreStartRequired,
 		GetPreferredAllocationAvailable: snap.Options.GetPreferredAllocationAvailable,
 	}
-	if registered {
-		st.Plugin.State = kdv1alpha1.PluginStateRegistered
+	if snap.State == nodeagent.PluginRegistered {
+		p.State = kdv1alpha1.PluginStateRegistered
 	}
 	if len(snap.Endpoints) > 0 {
-		st.Plugin.Endpoint = snap.Endpoints[0]
+		p.Endpoint = snap.Endpoints[0]
 	}
-	restored := slices.ContainsFunc(snap.Devices, func(d nodeagent.DeviceSnapshot) bool { return d.Reason == nodeagent.ReasonAwaitingPlugin })
-	if !registered && cur.Plugin != nil {
-		if cur.Plugin.State == st.Plugin.State && cur.Plugin.Since != nil {
-			// Still disconnected: since when the cluster first saw it, not the agent's restart.
-			st.Plugin.Since = cur.Plugin.Since.DeepCopy()
-		}
-		if restored {
-			// A restored resource has no plugin yet to ask: what the last one said stands until
-			// it registers again (start-up hands PreStartRequired to runtime injection from here).
-			st.Plugin.Endpoint = cur.Plugin.Endpoint
-			st.Plugin.PreStartRequired = cur.Plugin.PreStartRequired
-			st.Plugin.GetPreferredAllocationAvailable = cur.Plugin.GetPreferredAllocationAvailable
-		}
+	if snap.State == nodeagent.PluginRegistered || cur == nil {
+		return p
 	}
+	if cur.State == p.State && cur.Since != nil {
+		// Still disconnected: since when the cluster first saw it, not the agent's restart.
+		p.Since = cur.Since.DeepCopy()
+	}
+	if restored {
+		// A restored resource has no plugin yet to ask: what the last one said stands until
+		// it registers again (start-up hands PreStartRequired to runtime injection from here).
+		p.Endpoint = cur.Endpoint
+		p.PreStartRequired = cur.PreStartRequired
+		p.GetPreferredAllocationAvailable = cur.GetPreferredAllocationAvailable
+	}
+	return p
+}
 
-	curDevices := make(map[string]*kdv1alpha1.DeviceStatus, len(cur.Devices))
-	for i := range cur.Devices {
-		curDevices[cur.Devices[i].ID] = &cur.Devices[i]
+// addDevices lists devices in st, and counts them; a device keeps the transition time the
+// cluster has (cur) while its health is unchanged.
+func addDevices(st *kdv1alpha1.NodeDeviceStatus, devices []nodeagent.DeviceSnapshot, cur []kdv1alpha1.DeviceStatus, registered bool) {
+	curDevices := make(map[string]*kdv1alpha1.DeviceStatus, len(cur))
+	for i := range cur {
+		curDevices[cur[i].ID] = &cur[i]
 	}
 	for _, d := range devices {
 		ds := kdv1alpha1.DeviceStatus{
@@ -194,19 +216,6 @@ func nodeDeviceStatus(snap nodeagent.ResourceSnapshot, devices []nodeagent.Devic
 			st.Cordoned++
 		}
 	}
-
-	if info.BootID != "" || !info.LastWrite.IsZero() {
-		st.Checkpoint = &kdv1alpha1.CheckpointStatus{BootID: info.BootID, LastWriteTime: apiTime(info.LastWrite)}
-	}
-
-	nowTime := metav1.NewTime(now.Truncate(time.Second))
-	for _, c := range []metav1.Condition{
-		registeredCondition(snap, restored, generation),
-		healthyCondition(snap, st, generation),
-	} {
-		st.Conditions = append(st.Conditions, contract.WithTransitionTime(c, meta.FindStatusCondition(cur.Conditions, c.Type), nowTime))
-	}
-	return st
 }
 
 func registeredCondition(snap nodeagent.ResourceSnapshot, awaiting bool, generation int64) metav1.Condition {

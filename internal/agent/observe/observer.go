@@ -33,7 +33,6 @@ import (
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
-	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
 )
 
 // DefaultInterval is how often the observer reads the kubelet: the PodResources API has no watch
@@ -309,20 +308,6 @@ func (o *Observer) getPod(ctx context.Context, pod *corev1.Pod) (nodeagent.PodAl
 	if ckptErr != nil {
 		ctrl.LoggerFrom(ctx).Error(ckptErr, "Reading the kubelet's device manager checkpoint; using the last good one", "path", o.ckpt.path)
 	}
-	var entries []poddevices.Entry
-	if st != nil {
-		entries = st.Entries
-	}
-	opts := runOptions(entries)
-	pa := nodeagent.PodAllocation{PodUID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name}
-	for _, c := range p.GetContainers() {
-		ca := containerAllocation(c, o.opts.allow)
-		if len(ca.Resources) == 0 {
-			continue
-		}
-		ca.RuntimeOptions, _ = opts.RunContainerOptions(string(pod.UID), c.GetName())
-		pa.Containers = append(pa.Containers, ca)
-	}
-	slices.SortFunc(pa.Containers, func(a, b nodeagent.ContainerAllocation) int { return strings.Compare(a.Name, b.Name) })
+	pa := podAllocation(string(pod.UID), pod.Namespace, pod.Name, p.GetContainers(), o.opts.allow, runOptions(st))
 	return pa, len(pa.Containers) > 0, nil
 }

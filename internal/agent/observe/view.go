@@ -87,174 +87,194 @@ type view struct {
 // lists as allocatable is Unhealthy, until the Node's capacity says the kubelet no longer counts
 // it. allow says which resources are observed.
 func build(r reading, mem memory, allow func(string) bool, now time.Time) view {
-	healthy := map[string]map[string][]int64{}
-	resources := map[string]bool{}
-	add := func(res string) bool {
-		if !allow(res) {
-			return false
-		}
-		resources[res] = true
-		return true
+	if r.checkpoint == nil {
+		r.checkpoint = &checkpoint.State{}
 	}
-	for _, cd := range r.allocatable {
-		if !add(cd.GetResourceName()) {
-			continue
-		}
-		if healthy[cd.GetResourceName()] == nil {
-			healthy[cd.GetResourceName()] = map[string][]int64{}
-		}
-		for _, id := range cd.GetDeviceIds() {
-			healthy[cd.GetResourceName()][id] = mergeNUMA(healthy[cd.GetResourceName()][id], cd.GetTopology())
-		}
+	m := &merge{r: r, allow: allow, resources: map[string]bool{}, healthy: map[string]map[string][]int64{},
+		held: map[string]map[string]holding{}, pods: map[string]nodeagent.PodAllocation{}}
+	m.mergeAllocatable()
+	for res := range r.checkpoint.RegisteredDevices {
+		m.add(res)
 	}
-	if r.checkpoint != nil {
-		for res := range r.checkpoint.RegisteredDevices {
-			add(res)
-		}
-	}
-
-	// Holders, from List: the active pods.
-	type holding struct {
-		holder nodeagent.DeviceHolder
-		numa   []int64
-	}
-	held := map[string]map[string]holding{}
-	pods := map[string]nodeagent.PodAllocation{}
-	var entries []poddevices.Entry
-	if r.checkpoint != nil {
-		entries = r.checkpoint.Entries
-	}
-	opts := runOptions(entries)
-	for _, p := range r.listed {
-		pod := r.pods[types.NamespacedName{Namespace: p.GetNamespace(), Name: p.GetName()}]
-		var uid string
-		if pod != nil {
-			uid = string(pod.UID)
-		}
-		pa := nodeagent.PodAllocation{PodUID: uid, Namespace: p.GetNamespace(), Name: p.GetName()}
-		for _, c := range p.GetContainers() {
-			ca := containerAllocation(c, allow)
-			if len(ca.Resources) == 0 {
-				continue
-			}
-			if uid != "" {
-				ca.RuntimeOptions, _ = opts.RunContainerOptions(uid, c.GetName())
-			}
-			pa.Containers = append(pa.Containers, ca)
-			for _, cd := range c.GetDevices() {
-				res := cd.GetResourceName()
-				if !add(res) {
-					continue
-				}
-				if held[res] == nil {
-					held[res] = map[string]holding{}
-				}
-				for _, id := range cd.GetDeviceIds() {
-					h, ok := held[res][id]
-					if !ok || c.GetName() < h.holder.Container {
-						h.holder = nodeagent.DeviceHolder{PodUID: uid, Namespace: p.GetNamespace(), PodName: p.GetName(), Container: c.GetName()}
-					}
-					h.numa = mergeNUMA(h.numa, cd.GetTopology())
-					held[res][id] = h
-				}
-			}
-		}
-		if len(pa.Containers) > 0 && uid != "" && pod != nil && !kube.IsTerminal(pod) {
-			slices.SortFunc(pa.Containers, func(a, b nodeagent.ContainerAllocation) int { return strings.Compare(a.Name, b.Name) })
-			pods[uid] = pa
-		}
-	}
+	m.mergeHolders()
 	podHealth := allocatedResourcesStatus(r.pods)
 
-	v := view{resources: map[string]nodeagent.ResourceSnapshot{}, pods: pods}
+	v := view{resources: map[string]nodeagent.ResourceSnapshot{}, pods: m.pods}
 	for res := range mem {
-		if !resources[res] {
+		if !m.resources[res] {
 			delete(mem, res)
 		}
 	}
-	for res := range resources {
+	for res := range m.resources {
 		rm := mem[res]
 		if rm == nil {
 			rm = &resourceMemory{since: now, devices: map[string]*deviceMemory{}}
 			mem[res] = rm
 		}
-		see := func(id string, numa []int64) {
-			d := rm.devices[id]
-			if d == nil {
-				d = &deviceMemory{since: now}
-				rm.devices[id] = d
-			}
-			if numa != nil {
-				d.numa = numa
-			}
-		}
-		if r.checkpoint != nil {
-			for _, id := range r.checkpoint.RegisteredDevices[res] {
-				see(id, nil)
-			}
-			for _, e := range r.checkpoint.Entries {
-				if e.ResourceName != res {
-					continue
-				}
-				for numa, ids := range e.DeviceIDs {
-					for _, id := range ids {
-						see(id, numaOf(numa))
-					}
-				}
-			}
-		}
-		for id, h := range held[res] {
-			see(id, h.numa)
-		}
-		for id, numa := range healthy[res] {
-			see(id, numa)
-		}
-		for id, d := range rm.devices {
-			h := nodeagent.Unhealthy
-			if _, ok := healthy[res][id]; ok {
-				h = nodeagent.Healthy
-				d.lastHealthy = now
-			}
-			if d.health != h {
-				d.health, d.since = h, now
-			}
-		}
-		forgetUncounted(r.node, res, rm, len(healthy[res]), held[res])
-
-		snap := nodeagent.ResourceSnapshot{
-			ResourceName: res,
-			State:        nodeagent.PluginRegistered,
-			StateSince:   rm.since,
-		}
-		for id, d := range rm.devices {
-			ds := nodeagent.DeviceSnapshot{
-				ID:                 id,
-				Health:             d.health,
-				Reason:             nodeagent.ReasonReportedHealthy,
-				Message:            msgHealthy,
-				LastTransitionTime: d.since,
-				NUMANodes:          slices.Clone(d.numa),
-			}
-			if d.health != nodeagent.Healthy {
-				ds.Reason, ds.Message = kdv1alpha1.DeviceReasonKubeletNotAllocatable, msgUnhealthy
-			} else {
-				snap.Allocatable++
-			}
-			if h, ok := held[res][id]; ok {
-				holder := h.holder
-				ds.Holder = &holder
-				snap.Allocated++
-				if msg := podHealth[deviceKey{holder.Namespace, holder.PodName, holder.Container, res, id}]; msg != "" {
-					ds.Message += " The kubelet reports the device to the pod as: " + msg
-				}
-			}
-			snap.Devices = append(snap.Devices, ds)
-		}
-		snap.Capacity = len(snap.Devices)
-		slices.SortFunc(snap.Devices, func(a, b nodeagent.DeviceSnapshot) int { return strings.Compare(a.ID, b.ID) })
-		v.resources[res] = snap
+		m.rememberNamed(res, rm, now)
+		forgetUncounted(r.node, res, rm, len(m.healthy[res]), m.held[res])
+		v.resources[res] = m.snapshot(res, rm, podHealth)
 	}
 	return v
+}
+
+// holding is the container holding a device, and the device's NUMA nodes as List reports them.
+type holding struct {
+	holder nodeagent.DeviceHolder
+	numa   []int64
+}
+
+// merge is a reading being merged into a view: the resources observed, and per resource the
+// devices the kubelet lists as allocatable (with their NUMA nodes) and those its pods hold; the
+// active pods holding observed devices, by UID.
+type merge struct {
+	r         reading
+	allow     func(string) bool
+	resources map[string]bool
+	healthy   map[string]map[string][]int64
+	held      map[string]map[string]holding
+	pods      map[string]nodeagent.PodAllocation
+}
+
+// add observes res if allowed, and says whether it is.
+func (m *merge) add(res string) bool {
+	if !m.allow(res) {
+		return false
+	}
+	m.resources[res] = true
+	return true
+}
+
+// mergeAllocatable takes GetAllocatableResources' devices: the healthy ones.
+func (m *merge) mergeAllocatable() {
+	for _, cd := range m.r.allocatable {
+		res := cd.GetResourceName()
+		if !m.add(res) {
+			continue
+		}
+		if m.healthy[res] == nil {
+			m.healthy[res] = map[string][]int64{}
+		}
+		for _, id := range cd.GetDeviceIds() {
+			m.healthy[res][id] = mergeNUMA(m.healthy[res][id], cd.GetTopology())
+		}
+	}
+}
+
+// mergeHolders takes List's pods: each device's holder, and the active pods' allocations.
+func (m *merge) mergeHolders() {
+	opts := runOptions(m.r.checkpoint)
+	for _, p := range m.r.listed {
+		pod := m.r.pods[types.NamespacedName{Namespace: p.GetNamespace(), Name: p.GetName()}]
+		var uid string
+		if pod != nil {
+			uid = string(pod.UID)
+		}
+		for _, c := range p.GetContainers() {
+			m.hold(nodeagent.DeviceHolder{PodUID: uid, Namespace: p.GetNamespace(), PodName: p.GetName(), Container: c.GetName()}, c)
+		}
+		pa := podAllocation(uid, p.GetNamespace(), p.GetName(), p.GetContainers(), m.allow, opts)
+		if len(pa.Containers) > 0 && uid != "" && pod != nil && !kube.IsTerminal(pod) {
+			m.pods[uid] = pa
+		}
+	}
+}
+
+// hold records holder as holding c's devices, when c holds an observed device; of a pod's
+// containers holding the same device, the first by name is its holder.
+func (m *merge) hold(holder nodeagent.DeviceHolder, c *podresourcesapi.ContainerResources) {
+	if len(containerAllocation(c, m.allow).Resources) == 0 {
+		return
+	}
+	for _, cd := range c.GetDevices() {
+		res := cd.GetResourceName()
+		if !m.add(res) {
+			continue
+		}
+		if m.held[res] == nil {
+			m.held[res] = map[string]holding{}
+		}
+		for _, id := range cd.GetDeviceIds() {
+			h, ok := m.held[res][id]
+			if !ok || holder.Container < h.holder.Container {
+				h.holder = holder
+			}
+			h.numa = mergeNUMA(h.numa, cd.GetTopology())
+			m.held[res][id] = h
+		}
+	}
+}
+
+// rememberNamed remembers every device of res the kubelet names (in its checkpoint, as held, as
+// allocatable, each later source's NUMA nodes over the earlier's), Healthy when allocatable,
+// Unhealthy otherwise.
+func (m *merge) rememberNamed(res string, rm *resourceMemory, now time.Time) {
+	for _, id := range m.r.checkpoint.RegisteredDevices[res] {
+		rm.see(id, nil, now)
+	}
+	for _, e := range m.r.checkpoint.Entries {
+		if e.ResourceName != res {
+			continue
+		}
+		for numa, ids := range e.DeviceIDs {
+			for _, id := range ids {
+				rm.see(id, numaOf(numa), now)
+			}
+		}
+	}
+	for id, h := range m.held[res] {
+		rm.see(id, h.numa, now)
+	}
+	for id, numa := range m.healthy[res] {
+		rm.see(id, numa, now)
+	}
+	for id, d := range rm.devices {
+		h := nodeagent.Unhealthy
+		if _, ok := m.healthy[res][id]; ok {
+			h, d.lastHealthy = nodeagent.Healthy, now
+		}
+		if d.health != h {
+			d.health, d.since = h, now
+		}
+	}
+}
+
+// see remembers device id, with its NUMA nodes when numa is not nil.
+func (rm *resourceMemory) see(id string, numa []int64, now time.Time) {
+	d := rm.devices[id]
+	if d == nil {
+		d = &deviceMemory{since: now}
+		rm.devices[id] = d
+	}
+	if numa != nil {
+		d.numa = numa
+	}
+}
+
+// snapshot is res's snapshot of the remembered devices, with their holders and the health the
+// kubelet reports to the pods holding them.
+func (m *merge) snapshot(res string, rm *resourceMemory, podHealth map[deviceKey]string) nodeagent.ResourceSnapshot {
+	snap := nodeagent.ResourceSnapshot{ResourceName: res, State: nodeagent.PluginRegistered, StateSince: rm.since}
+	for id, d := range rm.devices {
+		ds := nodeagent.DeviceSnapshot{ID: id, Health: d.health, Reason: nodeagent.ReasonReportedHealthy, Message: msgHealthy,
+			LastTransitionTime: d.since, NUMANodes: slices.Clone(d.numa)}
+		if d.health != nodeagent.Healthy {
+			ds.Reason, ds.Message = kdv1alpha1.DeviceReasonKubeletNotAllocatable, msgUnhealthy
+		} else {
+			snap.Allocatable++
+		}
+		if h, ok := m.held[res][id]; ok {
+			ds.Holder = &h.holder
+			snap.Allocated++
+			if msg := podHealth[deviceKey{h.holder.Namespace, h.holder.PodName, h.holder.Container, res, id}]; msg != "" {
+				ds.Message += " The kubelet reports the device to the pod as: " + msg
+			}
+		}
+		snap.Devices = append(snap.Devices, ds)
+	}
+	snap.Capacity = len(snap.Devices)
+	slices.SortFunc(snap.Devices, func(a, b nodeagent.DeviceSnapshot) int { return strings.Compare(a.ID, b.ID) })
+	return snap
 }
 
 // forgetUncounted drops the unhealthy devices the kubelet no longer counts: when the Node is
@@ -289,6 +309,24 @@ func forgetUncounted[H any](node *corev1.Node, res string, rm *resourceMemory, h
 	}
 }
 
+// podAllocation is what a pod's listed containers hold of the observed devices, each with the
+// runtime options of its Allocate responses when the pod's UID is known.
+func podAllocation(uid, namespace, name string, containers []*podresourcesapi.ContainerResources, allow func(string) bool, opts *poddevices.Store) nodeagent.PodAllocation {
+	pa := nodeagent.PodAllocation{PodUID: uid, Namespace: namespace, Name: name}
+	for _, c := range containers {
+		ca := containerAllocation(c, allow)
+		if len(ca.Resources) == 0 {
+			continue
+		}
+		if uid != "" {
+			ca.RuntimeOptions, _ = opts.RunContainerOptions(uid, c.GetName())
+		}
+		pa.Containers = append(pa.Containers, ca)
+	}
+	slices.SortFunc(pa.Containers, func(a, b nodeagent.ContainerAllocation) int { return strings.Compare(a.Name, b.Name) })
+	return pa
+}
+
 // containerAllocation is one listed container's observed devices.
 func containerAllocation(c *podresourcesapi.ContainerResources, allow func(string) bool) nodeagent.ContainerAllocation {
 	byRes := map[string]*nodeagent.ResourceAllocation{}
@@ -315,12 +353,14 @@ func containerAllocation(c *podresourcesapi.ContainerResources, allow func(strin
 	return ca
 }
 
-// runOptions holds the checkpoint's allocations, to merge each container's Allocate responses
-// as the kubelet does. Entries it cannot take (an undecodable response) are left out: the
-// DeviceAllocation then lists the devices without the runtime options.
-func runOptions(entries []poddevices.Entry) *poddevices.Store {
+// runOptions holds the checkpoint's allocations (none when st is nil), to merge each container's
+// Allocate responses as the kubelet does. Entries it cannot take (an undecodable response) are
+// left out: the DeviceAllocation then lists the devices without the runtime options.
+func runOptions(st *checkpoint.State) *poddevices.Store {
 	s := poddevices.New()
-	_, _ = s.FromEntries(entries)
+	if st != nil {
+		_, _ = s.FromEntries(st.Entries)
+	}
 	return s
 }
 

@@ -219,40 +219,16 @@ func (r *Runner) connect(ctx context.Context) bool {
 		r.disconnected(logger, fmt.Errorf("creating the NRI plugin: %w", err))
 		return false
 	}
-
-	started := make(chan error, 1)
-	go func() { started <- st.Start(ctx) }()
-	timer := r.opts.Clock.NewTimer(r.opts.RegistrationTimeout)
-	defer timer.Stop()
-	select {
-	case err := <-started:
-		if err != nil {
-			r.disconnected(logger, fmt.Errorf("registering with the NRI socket: %w", err))
-			return false
-		}
-	case <-closed:
-		r.disconnected(logger, errors.New("registering with the NRI socket: the runtime closed the connection"))
-		return false
-	case <-timer.C():
-		r.disconnected(logger, fmt.Errorf("registering with the NRI socket: no answer within %s", r.opts.RegistrationTimeout))
-		// Closing the connection ends a registration in progress. The stub waits for the
-		// runtime's configuration without a deadline: if the runtime never sends it, that
-		// goroutine stays, with a closed connection.
+	closeConn := func() {
 		connMu.Lock()
+		defer connMu.Unlock()
 		if conn != nil {
 			_ = conn.Close()
 		}
-		connMu.Unlock()
-		return false
-	case <-ctx.Done():
-		connMu.Lock()
-		if conn != nil {
-			_ = conn.Close()
-		}
-		connMu.Unlock()
+	}
+	if !r.register(ctx, logger, st, closed, closeConn) {
 		return false
 	}
-
 	if r.setState(StateConnected) {
 		logger.Info("Connected to the container runtime's NRI socket: containers get their devices at creation")
 	}
@@ -263,6 +239,34 @@ func (r *Runner) connect(ctx context.Context) bool {
 		st.Stop()
 	}
 	return true
+}
+
+// register starts st and waits, at most the registration timeout, for the runtime to register
+// and configure it; it reports whether the runtime did. closed is closed when the runtime closes
+// the connection; closeConn closes the connection dialled.
+func (r *Runner) register(ctx context.Context, logger logr.Logger, st stub.Stub, closed <-chan struct{}, closeConn func()) bool {
+	started := make(chan error, 1)
+	go func() { started <- st.Start(ctx) }()
+	timer := r.opts.Clock.NewTimer(r.opts.RegistrationTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-started:
+		if err != nil {
+			r.disconnected(logger, fmt.Errorf("registering with the NRI socket: %w", err))
+		}
+		return err == nil
+	case <-closed:
+		r.disconnected(logger, errors.New("registering with the NRI socket: the runtime closed the connection"))
+	case <-timer.C():
+		r.disconnected(logger, fmt.Errorf("registering with the NRI socket: no answer within %s", r.opts.RegistrationTimeout))
+		// Closing the connection ends a registration in progress. The stub waits for the
+		// runtime's configuration without a deadline: if the runtime never sends it, that
+		// goroutine stays, with a closed connection.
+		closeConn()
+	case <-ctx.Done():
+		closeConn()
+	}
+	return false
 }
 
 // disconnected records a failed or closed connection; it logs the first of a series at Info and
