@@ -540,11 +540,9 @@ func (m *Manager) persistStale() error {
 	}
 	m.mu.Lock()
 	var state checkpoint.State
-	for uid, containers := range m.stale {
-		for container, resources := range containers {
-			for resource := range resources {
-				state.Entries = append(state.Entries, checkpoint.Entry{PodUID: uid, ContainerName: container, ResourceName: resource})
-			}
+	for uid, allocs := range m.stale {
+		for k := range allocs {
+			state.Entries = append(state.Entries, checkpoint.Entry{PodUID: uid, ContainerName: k.container, ResourceName: k.resource})
 		}
 	}
 	m.mu.Unlock()
@@ -555,28 +553,18 @@ func (m *Manager) persistStale() error {
 }
 
 func (m *Manager) isStaleLocked(uid, container, resource string) bool {
-	return m.stale[uid][container].Has(resource)
+	return m.stale[uid].Has(containerResource{container: container, resource: resource})
 }
 
 func (m *Manager) markStaleLocked(uid, container, resource string) {
-	containers := m.stale[uid]
-	if containers == nil {
-		containers = make(map[string]sets.Set[string])
-		m.stale[uid] = containers
+	if m.stale[uid] == nil {
+		m.stale[uid] = sets.New[containerResource]()
 	}
-	if containers[container] == nil {
-		containers[container] = sets.New[string]()
-	}
-	containers[container].Insert(resource)
+	m.stale[uid].Insert(containerResource{container: container, resource: resource})
 }
 
 func (m *Manager) unmarkStaleLocked(uid, container, resource string) {
-	containers := m.stale[uid]
-	containers[container].Delete(resource)
-	if containers[container].Len() == 0 {
-		delete(containers, container)
-	}
-	if len(containers) == 0 {
+	if m.stale[uid].Delete(containerResource{container: container, resource: resource}).Len() == 0 {
 		delete(m.stale, uid)
 	}
 }
