@@ -17,9 +17,11 @@ limitations under the License.
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -309,19 +311,17 @@ func (m *Manager) describeHolderLocked(uid, container string) string {
 }
 
 // allocateClaimResource runs the plugin's Allocate (and PreStartContainer
-// where required) for the reserved devices of one resource and commits them:
-// the allocation pipeline's plugin and commit steps.
+// where required) for the reserved devices of one resource and commits them,
+// or rolls them back: the allocation pipeline's plugin and commit steps.
 func (m *Manager) allocateClaimResource(ctx context.Context, tx *allocTxn, k containerResource, ids []string, refresh bool) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("request", k.container, "resourceName", k.resource))
 	m.mu.Lock()
 	ep, err := m.primaryEndpointLocked(k.resource)
-	if err != nil {
-		m.pods.Rollback(tx.pod.UID, k.container, k.resource)
-		m.mu.Unlock()
-		return err
-	}
 	m.mu.Unlock()
-	resp, err := m.callAllocate(ctx, ep, k, ids)
+	var resp *pluginapi.ContainerAllocateResponse
+	if err == nil {
+		resp, err = m.callAllocate(ctx, ep, k, ids)
+	}
 	if err == nil && ep.opts().GetPreStartRequired() {
 		pctx, pcancel := context.WithTimeout(ctx, m.cfg.PreStartTimeout)
 		if perr := ep.preStartContainer(pctx, ids); perr != nil {
@@ -410,27 +410,16 @@ func (m *Manager) claimAllocationLocked(key string) ClaimAllocation {
 		})
 	}
 	slices.SortFunc(out.Resources, func(a, b ClaimResourceAllocation) int {
-		if c := strings.Compare(a.Request, b.Request); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ResourceName, b.ResourceName)
+		return cmp.Or(strings.Compare(a.Request, b.Request), strings.Compare(a.ResourceName, b.ResourceName))
 	})
 	return out
 }
 
 // sortedGroups returns the keys of m sorted by request, then resource.
 func sortedGroups(m map[containerResource]sets.Set[string]) []containerResource {
-	out := make([]containerResource, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.SortFunc(out, func(a, b containerResource) int {
-		if c := strings.Compare(a.container, b.container); c != 0 {
-			return c
-		}
-		return strings.Compare(a.resource, b.resource)
+	return slices.SortedFunc(maps.Keys(m), func(a, b containerResource) int {
+		return cmp.Or(strings.Compare(a.container, b.container), strings.Compare(a.resource, b.resource))
 	})
-	return out
 }
 
 func describeSets(m map[containerResource]sets.Set[string]) map[string][]string {
