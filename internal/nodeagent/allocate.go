@@ -136,7 +136,7 @@ func (m *Manager) podAllocatedLocked(pod *v1.Pod, containers []*v1.Container) bo
 func (m *Manager) allocateContainer(ctx context.Context, tx *allocTxn, pod *v1.Pod, c *v1.Container) error {
 	m.mu.Lock()
 	reqs := m.devicePluginRequestsLocked(containerRequests(pod, c))
-	affinity, err := m.containerAffinityLocked(ctx, pod, c, reqs)
+	affinity, err := m.admitTopologyLocked(ctx, pod, c, reqs)
 	m.mu.Unlock()
 	if err != nil {
 		tx.worked = true
@@ -148,18 +148,6 @@ func (m *Manager) allocateContainer(ctx context.Context, tx *allocTxn, pod *v1.P
 		}
 	}
 	return nil
-}
-
-// containerAffinityLocked returns the NUMA affinity the topology policy
-// chooses for the container (admitTopologyLocked) if new devices are to be
-// chosen for any of reqs; empty (no preference) otherwise.
-func (m *Manager) containerAffinityLocked(ctx context.Context, pod *v1.Pod, c *v1.Container, reqs []deviceRequest) (topology.BitMask, error) {
-	for _, rq := range reqs {
-		if m.pods.ContainerDevices(string(pod.UID), c.Name, rq.resource) == nil {
-			return m.admitTopologyLocked(ctx, pod, c)
-		}
-	}
-	return 0, nil
 }
 
 // allocateResource is one resource's pass through the pipeline: pick and
@@ -722,7 +710,22 @@ func (m *Manager) commit(ctx context.Context, tx *allocTxn, k containerResource,
 // a device under each of its nodes, or under -1 without topology (or if the
 // plugin no longer reports it).
 func (m *Manager) devicesPerNUMALocked(resource string, ids []string) map[int64][]string {
-	return m.numaPlacementLocked(ResourceAllocation{ResourceName: resource, DeviceIDs: ids})
+	out := make(map[int64][]string)
+	var devs map[string]*device
+	if r := m.resources[resource]; r != nil {
+		devs = r.devices
+	}
+	for _, id := range ids {
+		d := devs[id]
+		if d == nil || len(d.numaNodes) == 0 {
+			out[poddevices.NodeWithoutTopology] = append(out[poddevices.NodeWithoutTopology], id)
+			continue
+		}
+		for _, n := range d.numaNodes {
+			out[n] = append(out[n], id)
+		}
+	}
+	return out
 }
 
 // The transaction around the pipeline.

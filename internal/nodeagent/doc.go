@@ -64,7 +64,7 @@ limitations under the License.
 // allocate.go in this order:
 //
 //	requests  containerRequests: its limits that are device plugin resources
-//	hints     containerAffinityLocked: the policy's NUMA affinity (topology_hints.go)
+//	hints     admitTopologyLocked: the policy's NUMA affinity (topology_hints.go)
 //	pick      devicesToAllocateLocked, per resource: the same number as held
 //	          ("changed request"); the health checks in the kubelet's order;
 //	          pickLocked: the devices of the pod's earlier regular init

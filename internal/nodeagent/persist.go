@@ -657,9 +657,8 @@ func (m *Manager) entriesFromAllocationsLocked(allocs []PodAllocation) ([]poddev
 	return entries, ids, errs
 }
 
-// numaPlacementLocked places the devices of ra on NUMA nodes: a device
-// under each of the nodes its plugin reports, else under the only node of
-// ra.NUMANodes (RestoreAllocations), else under "no topology" (-1).
+// numaPlacementLocked places the devices of ra on NUMA nodes (see
+// RestoreAllocations).
 func (m *Manager) numaPlacementLocked(ra ResourceAllocation) map[int64][]string {
 	out := make(map[int64][]string)
 	var devs map[string]*device

@@ -18,6 +18,7 @@ package nodeagent
 
 import (
 	"context"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -90,16 +91,19 @@ const podScopeKey = ""
 // as the topology manager does at admission, and returns the NUMA affinity
 // to allocate with (empty: no preference). Container scope merges the
 // container's hints; pod scope merges the pod's hints once and gives every
-// container the same affinity. Policy none admits without affinity.
-// restricted and single-numa-node refuse an unaligned allocation with the
-// kubelet's TopologyAffinityError.
-func (m *Manager) admitTopologyLocked(ctx context.Context, pod *v1.Pod, c *v1.Container) (topology.BitMask, error) {
+// container the same affinity. Policy none admits without affinity, and so
+// does every policy when the container holds devices of all of reqs (none
+// are to be chosen). restricted and single-numa-node refuse an unaligned
+// allocation with the kubelet's TopologyAffinityError.
+func (m *Manager) admitTopologyLocked(ctx context.Context, pod *v1.Pod, c *v1.Container, reqs []deviceRequest) (topology.BitMask, error) {
 	policy, scope := m.cfg.TopologyPolicy, m.cfg.TopologyScope
-	if policy == topology.PolicyNone {
+	uid := string(pod.UID)
+	if policy == topology.PolicyNone || !slices.ContainsFunc(reqs, func(rq deviceRequest) bool {
+		return m.pods.ContainerDevices(uid, c.Name, rq.resource) == nil
+	}) {
 		return 0, nil
 	}
 	logger := klog.FromContext(ctx)
-	uid := string(pod.UID)
 	var hints map[string][]topology.Hint
 	if scope == topology.ScopePod {
 		if aff, ok := m.affinity[uid][podScopeKey]; ok {
