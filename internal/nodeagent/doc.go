@@ -68,8 +68,9 @@ limitations under the License.
 //	pick      devicesToAllocateLocked, per resource: the same number as held
 //	          ("changed request"); the health checks in the kubelet's order;
 //	          pickLocked: the devices of the pod's earlier regular init
-//	          containers (reusableLocked: sidecars and app containers keep
-//	          theirs), the aligned devices, the plugin's GetPreferredAllocation
+//	          containers (sidecars and app containers keep theirs; reusableLocked
+//	          recomputes the pool from the committed state), the aligned
+//	          devices, the plugin's GetPreferredAllocation
 //	          with the kubelet's arguments (available = aligned ∪ picked or
 //	          available ∪ picked, must-include = picked, size = the whole
 //	          request; answers outside the candidates ignored), the rest
