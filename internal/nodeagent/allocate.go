@@ -29,7 +29,9 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kubedevice/kubedevice/internal/crashpoint"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/poddevices"
@@ -59,9 +61,122 @@ var errRebuildPending = errors.New("the checkpoint was corrupt and the allocatio
 // DRA on the node.
 var errServedByDRA = errors.New("the resource is served through DRA on this node: the scheduler allocates it to the pod's ResourceClaim")
 
-// podScopeKey is the affinity key of a pod as a whole (pod scope); container
-// names are never empty.
-const podScopeKey = ""
+// Allocate allocates the devices container asks for, as the kubelet's
+// Allocate(pod, container) does at admission, and returns once the
+// allocation is committed and the checkpoint written (fsync'd). Containers
+// are expected in the kubelet's order (init containers first); the devices
+// of the pod's regular init containers that come before container are
+// reused, those of sidecars and app containers are not (the kubelet's
+// Allocate in devicemanager/manager.go).
+//
+// It is a transaction: the devices are reserved (no concurrent allocation
+// and no garbage collection can hand them to another pod), the plugin RPCs
+// run without the manager's lock, the allocation is committed, then the
+// checkpoint is written; any failure rolls the whole container back,
+// committed resources included. A container that already holds its devices
+// is left alone (no RPC), unless its allocation was restored across a node
+// reboot: then the plugin's Allocate runs again with the same devices and
+// its new response replaces the old one.
+//
+// A refusal is an *AllocationError with the kubelet's message; see the
+// package documentation for the reasons and which ones are retryable.
+func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod), "podUID", pod.UID, "containerName", container.Name)
+	ctx = klog.NewContext(ctx, logger)
+	unlock := m.lockPod(string(pod.UID))
+	defer unlock()
+	tx := m.newTxn(pod)
+	return tx.finish(ctx, m.allocateContainer(ctx, tx, pod, container))
+}
+
+// AllocatePod allocates every container of the pod in the kubelet's order
+// (init containers first) as one transaction: either every container gets
+// its devices and the checkpoint is written once, or nothing this call
+// allocated is kept. When every container already holds its devices it
+// returns at once: no RPC, no checkpoint write, no notification.
+func (m *Manager) AllocatePod(ctx context.Context, pod *v1.Pod) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod), "podUID", pod.UID)
+	unlock := m.lockPod(string(pod.UID))
+	defer unlock()
+	containers := podContainers(pod)
+	m.mu.Lock()
+	done := m.podAllocatedLocked(pod, containers)
+	m.mu.Unlock()
+	if done {
+		return nil
+	}
+	tx := m.newTxn(pod)
+	for _, c := range containers {
+		cctx := klog.NewContext(ctx, logger.WithValues("containerName", c.Name))
+		if err := m.allocateContainer(cctx, tx, pod, c); err != nil {
+			return tx.finish(cctx, err)
+		}
+	}
+	return tx.finish(klog.NewContext(ctx, logger), nil)
+}
+
+// podAllocatedLocked reports whether every container of the pod holds
+// exactly the devices it asks for, none of them awaiting re-allocation after
+// a reboot.
+func (m *Manager) podAllocatedLocked(pod *v1.Pod, containers []*v1.Container) bool {
+	uid := string(pod.UID)
+	for _, c := range containers {
+		for _, rq := range containerRequests(pod, c) {
+			if m.pods.ContainerDevices(uid, c.Name, rq.resource).Len() != rq.count || m.isStaleLocked(uid, c.Name, rq.resource) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// allocateContainer runs container c through the allocation pipeline (see
+// the package documentation): requests, hints, then per resource pick and
+// reserve, plugin, commit.
+func (m *Manager) allocateContainer(ctx context.Context, tx *allocTxn, pod *v1.Pod, c *v1.Container) error {
+	m.mu.Lock()
+	reqs := m.devicePluginRequestsLocked(containerRequests(pod, c))
+	affinity, err := m.admitTopologyLocked(ctx, pod, c, reqs)
+	m.mu.Unlock()
+	if err != nil {
+		tx.worked = true
+		return err
+	}
+	for _, rq := range reqs {
+		if err := m.allocateResource(ctx, tx, pod, c.Name, rq, affinity); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allocateResource is one resource's pass through the pipeline: pick and
+// reserve (devicesToAllocateLocked), the plugin's Allocate without the lock
+// (callAllocate), commit. On failure the reservation is rolled back.
+func (m *Manager) allocateResource(ctx context.Context, tx *allocTxn, pod *v1.Pod, container string, rq deviceRequest, affinity topology.BitMask) error {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("resourceName", rq.resource))
+	k := containerResource{container: container, resource: rq.resource}
+	m.mu.Lock()
+	ids, refresh, err := m.devicesToAllocateLocked(ctx, pod, container, rq.resource, rq.count, affinity)
+	var ep *endpoint
+	if err == nil && ids != nil {
+		ep, err = m.primaryEndpointLocked(rq.resource)
+	}
+	if err != nil {
+		m.pods.Rollback(tx.pod.UID, container, rq.resource)
+	}
+	m.mu.Unlock()
+	tx.worked = tx.worked || err != nil || ids != nil
+	if err != nil || ids == nil {
+		return err
+	}
+	crashpoint.Hit(crashpoint.AllocReserved)
+	resp, err := m.callAllocate(ctx, ep, k, ids)
+	crashpoint.Hit(crashpoint.AllocPluginReturned)
+	return m.commit(ctx, tx, k, ids, resp, err, refresh)
+}
+
+// Step 1: requests. Step 2, hints, is in topology_hints.go.
 
 // deviceRequest is a number of devices of one resource a container asks for.
 type deviceRequest struct {
@@ -134,74 +249,486 @@ func isTerminal(pod *v1.Pod) bool {
 	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
 }
 
-// Allocate allocates the devices container asks for, as the kubelet's
-// Allocate(pod, container) does at admission, and returns once the
-// allocation is committed and the checkpoint written (fsync'd). Containers
-// are expected in the kubelet's order (init containers first); the devices
-// of the pod's regular init containers that come before container are
-// reused, those of sidecars and app containers are not (the kubelet's
-// Allocate in devicemanager/manager.go).
-//
-// It is a transaction: the devices are reserved (no concurrent allocation
-// and no garbage collection can hand them to another pod), the plugin RPCs
-// run without the manager's lock, the allocation is committed, then the
-// checkpoint is written; any failure rolls the whole container back,
-// committed resources included. A container that already holds its devices
-// is left alone (no RPC), unless its allocation was restored across a node
-// reboot: then the plugin's Allocate runs again with the same devices and
-// its new response replaces the old one.
-//
-// A refusal is an *AllocationError with the kubelet's message; see the
-// package documentation for the reasons and which ones are retryable.
-func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod, container *v1.Container) error {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod), "podUID", pod.UID, "containerName", container.Name)
-	ctx = klog.NewContext(ctx, logger)
-	unlock := m.lockPod(string(pod.UID))
-	defer unlock()
-	tx := m.newTxn(pod)
-	return tx.finish(ctx, m.allocateContainer(ctx, tx, pod, container))
-}
-
-// AllocatePod allocates every container of the pod in the kubelet's order
-// (init containers first) as one transaction: either every container gets
-// its devices and the checkpoint is written once, or nothing this call
-// allocated is kept. When every container already holds its devices it
-// returns at once: no RPC, no checkpoint write, no notification.
-func (m *Manager) AllocatePod(ctx context.Context, pod *v1.Pod) error {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod), "podUID", pod.UID)
-	unlock := m.lockPod(string(pod.UID))
-	defer unlock()
-	containers := podContainers(pod)
-	m.mu.Lock()
-	done := m.podAllocatedLocked(pod, containers)
-	m.mu.Unlock()
-	if done {
-		return nil
-	}
-	tx := m.newTxn(pod)
-	for _, c := range containers {
-		cctx := klog.NewContext(ctx, logger.WithValues("containerName", c.Name))
-		if err := m.allocateContainer(cctx, tx, pod, c); err != nil {
-			return tx.finish(cctx, err)
+// podRequests returns the pod-level request of each extended resource, as
+// the kubelet's getPodDeviceRequest: resourcehelper.PodLimits without the
+// pod overhead. Zero requests are left out, as in containerRequests.
+func podRequests(pod *v1.Pod) []deviceRequest {
+	var out []deviceRequest
+	for name, q := range resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{ExcludeOverhead: true}) {
+		resource := string(name)
+		if !registration.IsExtendedResourceName(resource) {
+			continue
+		}
+		if n := q.Value(); n > 0 {
+			out = append(out, deviceRequest{resource: resource, count: int(n)})
 		}
 	}
-	return tx.finish(klog.NewContext(ctx, logger), nil)
+	slices.SortFunc(out, func(a, b deviceRequest) int { return strings.Compare(a.resource, b.resource) })
+	return out
 }
 
-// podAllocatedLocked reports whether every container of the pod holds
-// exactly the devices it asks for, none of them awaiting re-allocation after
-// a reboot.
-func (m *Manager) podAllocatedLocked(pod *v1.Pod, containers []*v1.Container) bool {
+// devicePluginRequestsLocked keeps the requests for device plugin resources,
+// as the kubelet's isDevicePluginResource: a resource a plugin registered (or
+// the checkpoint restored), or one whose devices some container still holds.
+// Other extended resources (advertised on the Node by an administrator, or
+// served by another device manager) are not ours to allocate: the kubelet
+// admits the pod against the Node's capacity for them. While a corrupt
+// checkpoint awaits its rebuild nothing is known, so every request is kept
+// and refused, retryably, until the state is back.
+func (m *Manager) devicePluginRequestsLocked(reqs []deviceRequest) []deviceRequest {
+	if m.rebuildPending {
+		return reqs
+	}
+	out := reqs[:0:0]
+	for _, rq := range reqs {
+		if m.isDevicePluginResourceLocked(rq.resource) {
+			out = append(out, rq)
+			continue
+		}
+		if m.pods.InUseCount(rq.resource) > 0 {
+			out = append(out, rq)
+		}
+	}
+	return out
+}
+
+// Steps 3 and 4: pick and reserve.
+
+// devicesToAllocateLocked is the kubelet's devicesToAllocate
+// (devicemanager/manager.go), step by step, for container of pod and
+// required devices of resource, with the topology affinity the policy
+// chose. It returns the devices to pass to the plugin's Allocate, nil if
+// there is nothing to do, and whether this re-allocates devices the
+// container already holds (after a reboot).
+//
+// It is called with m.mu held and returns with it held, releasing it only
+// during GetPreferredAllocation. Each device is reserved for the container
+// as soon as it is picked, so nothing (another allocation, garbage
+// collection) can hand it to another pod while the lock is released; the
+// caller rolls the reservation back if an error is returned. After the RPC
+// every candidate is checked again against the current state.
+func (m *Manager) devicesToAllocateLocked(ctx context.Context, pod *v1.Pod, container, resource string, required int, affinity topology.BitMask) (ids []string, refresh bool, err error) {
 	uid := string(pod.UID)
-	for _, c := range containers {
-		for _, rq := range containerRequests(pod, c) {
-			if m.pods.ContainerDevices(uid, c.Name, rq.resource).Len() != rq.count || m.isStaleLocked(uid, c.Name, rq.resource) {
-				return false
+	held := m.pods.ContainerDevices(uid, container, resource)
+	if held != nil {
+		if held.Len() != required {
+			return nil, false, &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf(errChangedRequest, uid, container, resource, held.Len(), required)}
+		}
+		// The container holds its devices. The kubelet skips a container the
+		// runtime reports running (a kubelet restart) and otherwise runs the
+		// checks below and returns without an RPC. The agent cannot see the
+		// runtime and allocates before containers exist: a held allocation is
+		// left alone, except one restored across a node reboot, whose plugin
+		// must see Allocate again.
+		if !m.isStaleLocked(uid, container, resource) {
+			return nil, false, nil
+		}
+	}
+	r, err := m.allocatableLocked(resource, container, held)
+	if err != nil {
+		return nil, false, err
+	}
+	if held != nil {
+		ids := sets.List(held)
+		if err := m.pods.Reserve(uid, container, resource, ids...); err != nil {
+			return nil, false, &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", resource, container, err)}
+		}
+		return ids, true, nil
+	}
+	p := &picker{store: m.pods, uid: uid, container: container, resource: resource, required: required, needed: required, picked: sets.New[string]()}
+	ids, err = m.pickLocked(ctx, p, pod, r, affinity)
+	return ids, false, err
+}
+
+// allocatableLocked returns the state of resource if the container may be
+// allocated devices of it: not while a corrupt checkpoint awaits its
+// rebuild, not a resource served through DRA (unless the container holds
+// devices of it already), then the kubelet's health checks, in its order,
+// before its needed == 0 check (kubernetes #109595).
+func (m *Manager) allocatableLocked(resource, container string, held sets.Set[string]) (*resourceState, error) {
+	if m.rebuildPending {
+		return nil, &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf("allocating %s for container %q: %w", resource, container, errRebuildPending)}
+	}
+	if held == nil && m.ServedByDRA(resource) {
+		// One path per resource: a DRA resource's devices go to claims. A
+		// pod holding some already (allocated before the switch) keeps them.
+		return nil, &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", resource, container, errServedByDRA)}
+	}
+	r := m.resources[resource]
+	if r == nil {
+		return nil, &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errUnregisteredDevice, resource)}
+	}
+	if r.healthy.Len() == 0 {
+		// kubernetes PR #139959: a resource whose plugin is not (yet)
+		// serving defers admission; a serving plugin with no healthy device
+		// refuses it.
+		if len(r.endpoints) == 0 || !r.reported {
+			return nil, &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errNoHealthyDevices, resource)}
+		}
+		return nil, &AllocationError{Reason: AllocationInsufficientDevices, Err: fmt.Errorf(errNoHealthyDevices, resource)}
+	}
+	if !r.healthy.IsSuperset(held) {
+		return nil, &AllocationError{Reason: AllocationInsufficientDevices, Err: fmt.Errorf(errPreviouslyAllocated, resource)}
+	}
+	return r, nil
+}
+
+// pickLocked picks and reserves the devices of a new allocation in the
+// kubelet's order: the devices of the pod's earlier regular init containers;
+// then, if the devices aligned with the affinity are more than enough, the
+// plugin's preference among them, then the aligned ones; otherwise every
+// aligned device, the plugin's preference among all available ones, the
+// unaligned devices, the devices without topology.
+func (m *Manager) pickLocked(ctx context.Context, p *picker, pod *v1.Pod, r *resourceState, affinity topology.BitMask) ([]string, error) {
+	resource := p.resource
+	if p.take(sets.List(m.reusableLocked(pod, p.container)[resource])) {
+		return p.result()
+	}
+	// Neither a topology affinity nor the plugin's preference: the first
+	// available devices in ID order, which is what the general path below
+	// picks then, found in one pass.
+	if affinity.IsEmpty() && !r.primary.opts().GetGetPreferredAllocationAvailable() {
+		first := m.firstAvailableLocked(resource, p.needed)
+		if len(first) < p.needed {
+			return nil, &AllocationError{Reason: AllocationInsufficientDevices, Err: fmt.Errorf(errDevicesUnavailable, resource, p.needed, len(first))}
+		}
+		p.take(first)
+		return p.result()
+	}
+	available := m.availableLocked(resource)
+	if available.Len() < p.needed {
+		return nil, &AllocationError{Reason: AllocationInsufficientDevices, Err: fmt.Errorf(errDevicesUnavailable, resource, p.needed, available.Len())}
+	}
+	aligned, _, _ := m.filterByAffinityLocked(resource, available, affinity)
+	// The RPC runs without the lock: afterwards the candidates are those
+	// still available (including devices freed meanwhile), and the
+	// preferred ones are taken only if still among them.
+	if p.needed < len(aligned) {
+		preferred := m.preferredAllocationLocked(ctx, resource, union(aligned, p.order), sets.List(p.picked), p.required)
+		alignedNow, _, _ := m.filterByAffinityLocked(resource, m.availableLocked(resource), affinity)
+		p.take(filterIn(preferred, sets.New(alignedNow...)), alignedNow)
+		return p.result()
+	}
+	if p.take(aligned) {
+		return p.result()
+	}
+	preferred := m.preferredAllocationLocked(ctx, resource, union(sets.List(available), p.order), sets.List(p.picked), p.required)
+	current := m.availableLocked(resource)
+	alignedNow, unaligned, noAffinity := m.filterByAffinityLocked(resource, current, affinity)
+	p.take(filterIn(preferred, current), alignedNow, unaligned, noAffinity)
+	return p.result()
+}
+
+// picker collects and reserves the devices of one allocation.
+type picker struct {
+	store                    *poddevices.Store
+	uid, container, resource string
+	required, needed         int
+	picked                   sets.Set[string]
+	order                    []string
+	err                      error
+}
+
+// take picks devices from each list of candidates in turn, in order, until
+// none is needed, and reserves each list's picks. It reports whether it is
+// done: nothing needed any more, or the reservation failed (p.err).
+func (p *picker) take(lists ...[]string) bool {
+	for _, candidates := range lists {
+		if p.needed == 0 || p.err != nil {
+			break
+		}
+		var batch []string
+		for _, id := range candidates {
+			if p.needed == 0 {
+				break
+			}
+			if !p.picked.Has(id) {
+				p.picked.Insert(id)
+				batch = append(batch, id)
+				p.needed--
 			}
 		}
+		if len(batch) == 0 {
+			continue
+		}
+		if err := p.store.Reserve(p.uid, p.container, p.resource, batch...); err != nil {
+			p.err = err
+			break
+		}
+		p.order = append(p.order, batch...)
 	}
-	return true
+	return p.needed == 0 || p.err != nil
 }
+
+// result is the picked devices, or why there are not enough: a failed
+// reservation, or devices lost to a race while the lock was released.
+func (p *picker) result() ([]string, error) {
+	switch {
+	case p.err != nil:
+		return nil, &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", p.resource, p.container, p.err)}
+	case p.needed > 0:
+		return nil, &AllocationError{Reason: AllocationInsufficientDevices, Retryable: true, Err: fmt.Errorf(errAllocatedLess, p.required, p.required-p.needed)}
+	}
+	return p.order, nil
+}
+
+// reusableLocked returns, per resource, the devices of the pod that
+// container may reuse: the kubelet's devicesToReuse as it stands when that
+// container is allocated. Walking the containers before it in the kubelet's
+// order, a regular init container's devices join the pool, a sidecar's and
+// an app container's leave it. It is computed from the committed state, so
+// it does not depend on the calls made before.
+func (m *Manager) reusableLocked(pod *v1.Pod, container string) map[string]sets.Set[string] {
+	uid := string(pod.UID)
+	reuse := make(map[string]sets.Set[string])
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name == container {
+			return reuse
+		}
+		if isRestartableInitContainer(c) {
+			m.pods.RemoveContainerAllocatedResources(uid, c.Name, reuse)
+		} else {
+			m.pods.AddContainerAllocatedResources(uid, c.Name, reuse)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if c.Name == container {
+			return reuse
+		}
+		m.pods.RemoveContainerAllocatedResources(uid, c.Name, reuse)
+	}
+	return reuse
+}
+
+// union returns the sorted union of two lists.
+func union(a, b []string) []string {
+	return sets.List(sets.New(a...).Insert(b...))
+}
+
+// filterIn returns the elements of list that are in set, in list's order.
+func filterIn(list []string, set sets.Set[string]) []string {
+	var out []string
+	for _, id := range list {
+		if set.Has(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// availableLocked returns the devices of resource that can be picked: healthy,
+// not cordoned, not held or reserved by anyone (this container's own
+// reservations included, which the picker already has).
+func (m *Manager) availableLocked(resource string) sets.Set[string] {
+	r := m.resources[resource]
+	if r == nil {
+		return sets.New[string]()
+	}
+	cordoned := m.cordons[resource]
+	out := make(sets.Set[string], r.healthy.Len())
+	for id := range r.healthy {
+		if !m.pods.InUse(resource, id) && !cordoned.Has(id) {
+			out.Insert(id)
+		}
+	}
+	return out
+}
+
+// firstAvailableLocked returns the n available devices of resource (see
+// availableLocked) that come first in ID order, walking the healthy devices
+// in that order (sorted when they change, not per allocation) and stopping
+// at the n-th: what the manager picks when neither a topology affinity nor
+// the plugin's preference has a say, at a cost that does not grow with the
+// pool, only with the devices held before the first free one. If fewer than
+// n are available, all of them are returned.
+func (m *Manager) firstAvailableLocked(resource string, n int) []string {
+	r := m.resources[resource]
+	if r == nil {
+		return nil
+	}
+	cordoned := m.cordons[resource]
+	first := make([]string, 0, n)
+	for _, id := range r.sortedHealthy() {
+		if m.pods.InUse(resource, id) || cordoned.Has(id) {
+			continue
+		}
+		if first = append(first, id); len(first) == n {
+			break
+		}
+	}
+	return first
+}
+
+// deviceNodesLocked returns every reported device of resource with its NUMA
+// nodes.
+func (m *Manager) deviceNodesLocked(resource string) topology.DeviceNodes {
+	r := m.resources[resource]
+	if r == nil {
+		return nil
+	}
+	out := make(topology.DeviceNodes, len(r.devices))
+	for id, d := range r.devices {
+		var nodes []int
+		for _, n := range d.numaNodes {
+			nodes = append(nodes, int(n))
+		}
+		out[id] = nodes
+	}
+	return out
+}
+
+// filterByAffinityLocked splits available devices of resource by the
+// affinity (topology.FilterByAffinity); without affinity every device is
+// without it, in ID order.
+func (m *Manager) filterByAffinityLocked(resource string, available sets.Set[string], affinity topology.BitMask) (aligned, unaligned, noAffinity []string) {
+	if affinity.IsEmpty() {
+		return nil, nil, sets.List(available)
+	}
+	return topology.FilterByAffinity(m.deviceNodesLocked(resource), available, affinity)
+}
+
+// preferredAllocationLocked asks the resource's plugin, if it offers
+// GetPreferredAllocation, which devices it prefers, with the kubelet's
+// arguments. It releases m.mu during the RPC. A failure or a timeout
+// (Config.PreferredAllocationTimeout) is logged and answered with no
+// preference, so the manager chooses (the kubelet fails the allocation).
+func (m *Manager) preferredAllocationLocked(ctx context.Context, resource string, available, mustInclude []string, size int) []string {
+	r := m.resources[resource]
+	if r == nil || !r.primary.opts().GetGetPreferredAllocationAvailable() {
+		return nil
+	}
+	ep := r.primary
+	m.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.PreferredAllocationTimeout)
+	resp, err := ep.getPreferredAllocation(rctx, available, mustInclude, size)
+	cancel()
+	m.mu.Lock()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Device plugin GetPreferredAllocation failed; choosing the devices without its preference")
+		return nil
+	}
+	if len(resp.GetContainerResponses()) == 0 {
+		return nil
+	}
+	return resp.GetContainerResponses()[0].GetDeviceIDs()
+}
+
+// Step 5: plugin.
+
+// primaryEndpointLocked returns the endpoint that serves Allocate for
+// resource, or a retryable refusal if there is none.
+func (m *Manager) primaryEndpointLocked(resource string) (*endpoint, error) {
+	r := m.resources[resource]
+	if r == nil || r.primary == nil {
+		return nil, &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errUnregisteredDevice, resource)}
+	}
+	return r.primary, nil
+}
+
+// callAllocate runs the plugin's Allocate for the reserved devices ids of
+// k, with its deadline (Config.AllocateTimeout), and returns the response
+// for the container: there must be one, and nothing a plugin answers
+// reaches a container unchecked (Config.AllocatePolicy, internal/allocpolicy).
+func (m *Manager) callAllocate(ctx context.Context, ep *endpoint, k containerResource, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.AllocateTimeout)
+	start := time.Now()
+	resp, err := ep.allocate(rctx, ids)
+	cancel()
+	m.metrics.allocDuration.WithLabelValues(k.resource).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, rpcAllocationError(ep, k.resource, k.container, err)
+	}
+	if len(resp.GetContainerResponses()) == 0 || resp.GetContainerResponses()[0] == nil {
+		return nil, &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf(errNoContainerResponses, resp)}
+	}
+	if err := m.cfg.AllocatePolicy.Check(k.resource, resp.GetContainerResponses()[0]); err != nil {
+		return nil, &AllocationError{Reason: AllocationAllocateFailed, Err: err}
+	}
+	return resp.GetContainerResponses()[0], nil
+}
+
+// rpcAllocationError classifies a failed Allocate RPC: a stopped endpoint is
+// an unavailable plugin; timeouts, cancellation and transport failures are
+// worth retrying; any other error the plugin returned is not.
+func rpcAllocationError(ep *endpoint, resource, container string, err error) error {
+	wrapped := fmt.Errorf("allocating %s for container %q: %w", resource, container, err)
+	switch {
+	case ep.isStopped():
+		return &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: wrapped}
+	case isTransientRPCError(err):
+		return &AllocationError{Reason: AllocationAllocateFailed, Retryable: true, Err: wrapped}
+	default:
+		return &AllocationError{Reason: AllocationAllocateFailed, Err: wrapped}
+	}
+}
+
+func isTransientRPCError(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// Step 6: commit.
+
+// commit ends one pass through the pipeline under m.mu: after an error the
+// reservation of k is rolled back and the error returned; otherwise the
+// devices are committed with the plugin's response and the transaction
+// records the allocation, new or refreshed (re-allocated after a reboot).
+func (m *Manager) commit(ctx context.Context, tx *allocTxn, k containerResource, ids []string, resp *pluginapi.ContainerAllocateResponse, err error, refresh bool) error {
+	uid := tx.pod.UID
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		if cerr := m.pods.Commit(tx.pod, k.container, k.resource, m.devicesPerNUMALocked(k.resource, ids), resp); cerr != nil {
+			err = &AllocationError{Reason: AllocationAllocateFailed, Err: tx.wrap(k, cerr)}
+		}
+	}
+	if err != nil {
+		m.pods.Rollback(uid, k.container, k.resource)
+		return err
+	}
+	m.podRefs[uid] = tx.pod
+	m.podChangedLocked(uid)
+	tx.changed.Insert(k.resource)
+	if refresh {
+		tx.refreshed = append(tx.refreshed, k)
+	} else {
+		tx.added = append(tx.added, k)
+	}
+	klog.FromContext(ctx).V(4).Info("Allocated devices", "deviceIDs", ids, "reallocation", refresh)
+	return nil
+}
+
+// devicesPerNUMALocked groups ids by NUMA node as the kubelet records them:
+// a device under each of its nodes, or under -1 without topology (or if the
+// plugin no longer reports it).
+func (m *Manager) devicesPerNUMALocked(resource string, ids []string) map[int64][]string {
+	out := make(map[int64][]string)
+	var devs map[string]*device
+	if r := m.resources[resource]; r != nil {
+		devs = r.devices
+	}
+	for _, id := range ids {
+		d := devs[id]
+		if d == nil || len(d.numaNodes) == 0 {
+			out[poddevices.NodeWithoutTopology] = append(out[poddevices.NodeWithoutTopology], id)
+			continue
+		}
+		for _, n := range d.numaNodes {
+			out[n] = append(out[n], id)
+		}
+	}
+	return out
+}
+
+// The transaction around the pipeline.
 
 // podLock serializes the allocations of one pod, so two calls for the same
 // pod never interleave; calls for different pods run concurrently.
@@ -264,6 +791,15 @@ func (m *Manager) newTxnRef(ref poddevices.PodRef) *allocTxn {
 		start:   time.Now(),
 		changed: sets.New[string](),
 	}
+}
+
+// wrap names the allocation k in err, as refusals of pods and claims name
+// it.
+func (tx *allocTxn) wrap(k containerResource, err error) error {
+	if IsClaimKey(tx.pod.UID) {
+		return fmt.Errorf("preparing devices of %s: %w", k.resource, err)
+	}
+	return fmt.Errorf("allocating %s for container %q: %w", k.resource, k.container, err)
 }
 
 // finish ends the transaction with the outcome err: on success the
@@ -351,504 +887,4 @@ func (m *Manager) prunePodLocked(uid string) {
 		delete(m.podRefs, uid)
 		delete(m.affinity, uid)
 	}
-}
-
-// allocateContainer allocates every device resource of container c.
-func (m *Manager) allocateContainer(ctx context.Context, tx *allocTxn, pod *v1.Pod, c *v1.Container) error {
-	uid := string(pod.UID)
-	m.mu.Lock()
-	reqs := m.devicePluginRequestsLocked(containerRequests(pod, c))
-	if len(reqs) == 0 {
-		m.mu.Unlock()
-		return nil
-	}
-	var affinity topology.BitMask
-	for _, rq := range reqs {
-		if m.pods.ContainerDevices(uid, c.Name, rq.resource) != nil {
-			continue
-		}
-		// New devices are to be chosen: the topology policy decides where.
-		aff, err := m.admitTopologyLocked(ctx, pod, c)
-		if err != nil {
-			m.mu.Unlock()
-			tx.worked = true
-			return err
-		}
-		affinity = aff
-		break
-	}
-	m.mu.Unlock()
-	for _, rq := range reqs {
-		if err := m.allocateResource(ctx, tx, pod, c.Name, rq, affinity); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// devicePluginRequestsLocked keeps the requests for device plugin resources,
-// as the kubelet's isDevicePluginResource: a resource a plugin registered (or
-// the checkpoint restored), or one whose devices some container still holds.
-// Other extended resources (advertised on the Node by an administrator, or
-// served by another device manager) are not ours to allocate: the kubelet
-// admits the pod against the Node's capacity for them. While a corrupt
-// checkpoint awaits its rebuild nothing is known, so every request is kept
-// and refused, retryably, until the state is back.
-func (m *Manager) devicePluginRequestsLocked(reqs []deviceRequest) []deviceRequest {
-	if m.rebuildPending {
-		return reqs
-	}
-	out := reqs[:0:0]
-	for _, rq := range reqs {
-		if m.isDevicePluginResourceLocked(rq.resource) {
-			out = append(out, rq)
-			continue
-		}
-		if m.pods.InUseCount(rq.resource) > 0 {
-			out = append(out, rq)
-		}
-	}
-	return out
-}
-
-// allocateResource allocates the devices of one resource for a container:
-// reserve (devicesToAllocateLocked), Allocate RPC without the lock, commit.
-// On failure the reservation is rolled back.
-func (m *Manager) allocateResource(ctx context.Context, tx *allocTxn, pod *v1.Pod, container string, rq deviceRequest, affinity topology.BitMask) error {
-	logger := klog.FromContext(ctx).WithValues("resourceName", rq.resource)
-	uid := string(pod.UID)
-
-	m.mu.Lock()
-	ids, refresh, err := m.devicesToAllocateLocked(klog.NewContext(ctx, logger), pod, container, rq.resource, rq.count, affinity)
-	if err != nil {
-		m.pods.Rollback(uid, container, rq.resource)
-		m.mu.Unlock()
-		tx.worked = true
-		return err
-	}
-	if ids == nil {
-		m.mu.Unlock()
-		return nil
-	}
-	tx.worked = true
-	r := m.resources[rq.resource]
-	if r == nil {
-		m.pods.Rollback(uid, container, rq.resource)
-		m.mu.Unlock()
-		return &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errUnregisteredDevice, rq.resource)}
-	}
-	ep := r.primary
-	m.mu.Unlock()
-	crashpoint.Hit(crashpoint.AllocReserved)
-
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.AllocateTimeout)
-	start := time.Now()
-	resp, err := ep.allocate(rctx, ids)
-	cancel()
-	crashpoint.Hit(crashpoint.AllocPluginReturned)
-	m.metrics.allocDuration.WithLabelValues(rq.resource).Observe(time.Since(start).Seconds())
-	switch {
-	case err != nil:
-		err = rpcAllocationError(ep, rq.resource, container, err)
-	case len(resp.GetContainerResponses()) == 0 || resp.GetContainerResponses()[0] == nil:
-		err = &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf(errNoContainerResponses, resp)}
-	default: // Nothing a plugin answers reaches a container unchecked (internal/allocpolicy).
-		if perr := m.cfg.AllocatePolicy.Check(rq.resource, resp.GetContainerResponses()[0]); perr != nil {
-			err = &AllocationError{Reason: AllocationAllocateFailed, Err: perr}
-		}
-	}
-
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err != nil {
-		m.pods.Rollback(uid, container, rq.resource)
-		return err
-	}
-	if cerr := m.pods.Commit(tx.pod, container, rq.resource, m.devicesPerNUMALocked(rq.resource, ids), resp.GetContainerResponses()[0]); cerr != nil {
-		m.pods.Rollback(uid, container, rq.resource)
-		return &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", rq.resource, container, cerr)}
-	}
-	m.podRefs[uid] = tx.pod
-	m.podChangedLocked(uid)
-	tx.changed.Insert(rq.resource)
-	k := containerResource{container: container, resource: rq.resource}
-	if refresh {
-		tx.refreshed = append(tx.refreshed, k)
-	} else {
-		tx.added = append(tx.added, k)
-	}
-	logger.V(4).Info("Allocated devices", "deviceIDs", ids, "reallocation", refresh)
-	return nil
-}
-
-// rpcAllocationError classifies a failed Allocate RPC: a stopped endpoint is
-// an unavailable plugin; timeouts, cancellation and transport failures are
-// worth retrying; any other error the plugin returned is not.
-func rpcAllocationError(ep *endpoint, resource, container string, err error) error {
-	wrapped := fmt.Errorf("allocating %s for container %q: %w", resource, container, err)
-	switch {
-	case ep.isStopped():
-		return &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: wrapped}
-	case isTransientRPCError(err):
-		return &AllocationError{Reason: AllocationAllocateFailed, Retryable: true, Err: wrapped}
-	default:
-		return &AllocationError{Reason: AllocationAllocateFailed, Err: wrapped}
-	}
-}
-
-func isTransientRPCError(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return true
-	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted, codes.Aborted:
-		return true
-	}
-	return false
-}
-
-// devicesToAllocateLocked is the kubelet's devicesToAllocate (devicemanager/manager.go), step
-// by step, for container of pod and required devices of resource, with the
-// topology affinity the policy chose. It returns the devices to pass to the
-// plugin's Allocate, nil if there is nothing to do, and whether this
-// re-allocates devices the container already holds (after a reboot).
-//
-// It is called with m.mu held and returns with it held, releasing it only
-// during GetPreferredAllocation. Each device is reserved for the container
-// as soon as it is picked, so nothing (another allocation, garbage
-// collection) can hand it to another pod while the lock is released; the
-// caller rolls the reservation back if an error is returned. After the RPC
-// every candidate is checked again against the current state.
-func (m *Manager) devicesToAllocateLocked(ctx context.Context, pod *v1.Pod, container, resource string, required int, affinity topology.BitMask) (ids []string, refresh bool, err error) {
-	uid := string(pod.UID)
-	needed := required
-	devices := m.pods.ContainerDevices(uid, container, resource)
-	if devices != nil {
-		needed -= devices.Len()
-		if needed != 0 {
-			return nil, false, &AllocationError{
-				Reason: AllocationAllocateFailed,
-				Err:    fmt.Errorf(errChangedRequest, uid, container, resource, devices.Len(), required),
-			}
-		}
-		// The container holds its devices. The kubelet skips a container the
-		// runtime reports running (a kubelet restart) and otherwise runs the
-		// checks below and returns without an RPC. The agent cannot see the
-		// runtime and allocates before containers exist: a held allocation is
-		// left alone, except one restored across a node reboot, whose plugin
-		// must see Allocate again.
-		if !m.isStaleLocked(uid, container, resource) {
-			return nil, false, nil
-		}
-	}
-	if m.rebuildPending {
-		return nil, false, &AllocationError{
-			Reason:    AllocationPluginUnavailable,
-			Retryable: true,
-			Err:       fmt.Errorf("allocating %s for container %q: %w", resource, container, errRebuildPending),
-		}
-	}
-	if devices == nil && m.ServedByDRA(resource) {
-		// One path per resource: a DRA resource's devices go to claims. A
-		// pod holding some already (allocated before the switch) keeps them.
-		return nil, false, &AllocationError{
-			Reason: AllocationAllocateFailed,
-			Err:    fmt.Errorf("allocating %s for container %q: %w", resource, container, errServedByDRA),
-		}
-	}
-
-	// The kubelet's health checks, in its order, before the needed == 0
-	// check (kubernetes #109595).
-	r := m.resources[resource]
-	if r == nil {
-		return nil, false, &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errUnregisteredDevice, resource)}
-	}
-	if r.healthy.Len() == 0 {
-		// kubernetes PR #139959: a resource whose plugin is not (yet)
-		// serving defers admission; a serving plugin with no healthy device
-		// refuses it.
-		if len(r.endpoints) == 0 || !r.reported {
-			return nil, false, &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errNoHealthyDevices, resource)}
-		}
-		return nil, false, &AllocationError{Reason: AllocationInsufficientDevices, Err: fmt.Errorf(errNoHealthyDevices, resource)}
-	}
-	if !r.healthy.IsSuperset(devices) {
-		return nil, false, &AllocationError{Reason: AllocationInsufficientDevices, Err: fmt.Errorf(errPreviouslyAllocated, resource)}
-	}
-	if needed == 0 {
-		ids := sets.List(devices)
-		if err := m.pods.Reserve(uid, container, resource, ids...); err != nil {
-			return nil, false, &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", resource, container, err)}
-		}
-		return ids, true, nil
-	}
-
-	p := &picker{store: m.pods, uid: uid, container: container, resource: resource, needed: needed, picked: sets.New[string]()}
-	result := func() ([]string, bool, error) {
-		if p.err != nil {
-			return nil, false, &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("allocating %s for container %q: %w", resource, container, p.err)}
-		}
-		return p.order, false, nil
-	}
-	lessThanRequired := func() ([]string, bool, error) {
-		return nil, false, &AllocationError{Reason: AllocationInsufficientDevices, Retryable: true, Err: fmt.Errorf(errAllocatedLess, required, required-p.needed)}
-	}
-
-	// Reuse first: devices of the pod's earlier regular init containers.
-	if p.take(sets.List(m.reusableLocked(pod, container)[resource])) {
-		return result()
-	}
-
-	// Neither a topology affinity nor the plugin's preference: the first
-	// available devices in ID order, which is what the general path below
-	// picks then, found in one pass.
-	if affinity.IsEmpty() && !r.primary.opts().GetGetPreferredAllocationAvailable() {
-		first := m.firstAvailableLocked(resource, p.needed)
-		if len(first) < p.needed {
-			return nil, false, &AllocationError{
-				Reason: AllocationInsufficientDevices,
-				Err:    fmt.Errorf(errDevicesUnavailable, resource, p.needed, len(first)),
-			}
-		}
-		p.take(first)
-		return result()
-	}
-
-	available := m.availableLocked(resource)
-	if available.Len() < p.needed {
-		return nil, false, &AllocationError{
-			Reason: AllocationInsufficientDevices,
-			Err:    fmt.Errorf(errDevicesUnavailable, resource, p.needed, available.Len()),
-		}
-	}
-
-	aligned, _, _ := m.filterByAffinityLocked(resource, available, affinity)
-
-	// If the aligned devices are more than enough, let the plugin choose
-	// among them. The RPC runs without the lock: afterwards the candidates
-	// are those still available (including aligned devices freed meanwhile),
-	// and the preferred ones are taken only if still aligned and available.
-	if p.needed < len(aligned) {
-		preferred := m.preferredAllocationLocked(ctx, resource, union(aligned, p.order), sets.List(p.picked), required)
-		alignedNow, _, _ := m.filterByAffinityLocked(resource, m.availableLocked(resource), affinity)
-		if p.take(filterIn(preferred, sets.New(alignedNow...))) || p.take(alignedNow) {
-			return result()
-		}
-		return lessThanRequired()
-	}
-
-	// Otherwise take every aligned device, then let the plugin choose the
-	// rest among all available ones, then fall back to unaligned devices and
-	// devices without topology.
-	if p.take(aligned) {
-		return result()
-	}
-	preferred := m.preferredAllocationLocked(ctx, resource, union(sets.List(available), p.order), sets.List(p.picked), required)
-	current := m.availableLocked(resource)
-	alignedNow, unaligned, noAffinity := m.filterByAffinityLocked(resource, current, affinity)
-	if p.take(filterIn(preferred, current)) || p.take(alignedNow) || p.take(unaligned) || p.take(noAffinity) {
-		return result()
-	}
-	return lessThanRequired()
-}
-
-// filterByAffinityLocked splits available devices of resource by the
-// affinity (topology.FilterByAffinity); without affinity every device is
-// without it, in ID order.
-func (m *Manager) filterByAffinityLocked(resource string, available sets.Set[string], affinity topology.BitMask) (aligned, unaligned, noAffinity []string) {
-	if affinity.IsEmpty() {
-		return nil, nil, sets.List(available)
-	}
-	return topology.FilterByAffinity(m.deviceNodesLocked(resource), available, affinity)
-}
-
-// picker collects and reserves the devices of one allocation.
-type picker struct {
-	store                    *poddevices.Store
-	uid, container, resource string
-	needed                   int
-	picked                   sets.Set[string]
-	order                    []string
-	err                      error
-}
-
-// take picks devices from candidates, in order, until none is needed, and
-// reserves them. It reports whether it is done: nothing needed any more, or
-// the reservation failed (p.err).
-func (p *picker) take(candidates []string) bool {
-	var batch []string
-	for _, id := range candidates {
-		if p.needed == 0 {
-			break
-		}
-		if p.picked.Has(id) {
-			continue
-		}
-		p.picked.Insert(id)
-		batch = append(batch, id)
-		p.needed--
-	}
-	if len(batch) > 0 {
-		if err := p.store.Reserve(p.uid, p.container, p.resource, batch...); err != nil {
-			p.err = err
-			return true
-		}
-		p.order = append(p.order, batch...)
-	}
-	return p.needed == 0
-}
-
-// union returns the sorted union of two lists.
-func union(a, b []string) []string {
-	return sets.List(sets.New(a...).Insert(b...))
-}
-
-// filterIn returns the elements of list that are in set, in list's order.
-func filterIn(list []string, set sets.Set[string]) []string {
-	var out []string
-	for _, id := range list {
-		if set.Has(id) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// availableLocked returns the devices of resource that can be picked: healthy,
-// not cordoned, not held or reserved by anyone (this container's own
-// reservations included, which the picker already has).
-func (m *Manager) availableLocked(resource string) sets.Set[string] {
-	r := m.resources[resource]
-	if r == nil {
-		return sets.New[string]()
-	}
-	cordoned := m.cordons[resource]
-	out := make(sets.Set[string], r.healthy.Len())
-	for id := range r.healthy {
-		if !m.pods.InUse(resource, id) && !cordoned.Has(id) {
-			out.Insert(id)
-		}
-	}
-	return out
-}
-
-// firstAvailableLocked returns the n available devices of resource (see
-// availableLocked) that come first in ID order, walking the healthy devices
-// in that order (sorted when they change, not per allocation) and stopping
-// at the n-th: what the manager picks when neither a topology affinity nor
-// the plugin's preference has a say, at a cost that does not grow with the
-// pool, only with the devices held before the first free one. If fewer than
-// n are available, all of them are returned.
-func (m *Manager) firstAvailableLocked(resource string, n int) []string {
-	r := m.resources[resource]
-	if r == nil {
-		return nil
-	}
-	cordoned := m.cordons[resource]
-	first := make([]string, 0, n)
-	for _, id := range r.sortedHealthy() {
-		if m.pods.InUse(resource, id) || cordoned.Has(id) {
-			continue
-		}
-		if first = append(first, id); len(first) == n {
-			break
-		}
-	}
-	return first
-}
-
-// deviceNodesLocked returns every reported device of resource with its NUMA
-// nodes.
-func (m *Manager) deviceNodesLocked(resource string) topology.DeviceNodes {
-	r := m.resources[resource]
-	if r == nil {
-		return nil
-	}
-	out := make(topology.DeviceNodes, len(r.devices))
-	for id, d := range r.devices {
-		var nodes []int
-		for _, n := range d.numaNodes {
-			nodes = append(nodes, int(n))
-		}
-		out[id] = nodes
-	}
-	return out
-}
-
-// devicesPerNUMALocked groups ids by NUMA node as the kubelet records them:
-// a device under each of its nodes, or under -1 without topology (or if the
-// plugin no longer reports it).
-func (m *Manager) devicesPerNUMALocked(resource string, ids []string) map[int64][]string {
-	out := make(map[int64][]string)
-	var devs map[string]*device
-	if r := m.resources[resource]; r != nil {
-		devs = r.devices
-	}
-	for _, id := range ids {
-		d := devs[id]
-		if d == nil || len(d.numaNodes) == 0 {
-			out[poddevices.NodeWithoutTopology] = append(out[poddevices.NodeWithoutTopology], id)
-			continue
-		}
-		for _, n := range d.numaNodes {
-			out[n] = append(out[n], id)
-		}
-	}
-	return out
-}
-
-// preferredAllocationLocked asks the resource's plugin, if it offers
-// GetPreferredAllocation, which devices it prefers, with the kubelet's
-// arguments. It releases m.mu during the RPC. A failure or a timeout
-// (Config.PreferredAllocationTimeout) is logged and answered with no
-// preference, so the manager chooses (the kubelet fails the allocation).
-func (m *Manager) preferredAllocationLocked(ctx context.Context, resource string, available, mustInclude []string, size int) []string {
-	r := m.resources[resource]
-	if r == nil || !r.primary.opts().GetGetPreferredAllocationAvailable() {
-		return nil
-	}
-	ep := r.primary
-	m.mu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.PreferredAllocationTimeout)
-	resp, err := ep.getPreferredAllocation(rctx, available, mustInclude, size)
-	cancel()
-	m.mu.Lock()
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Device plugin GetPreferredAllocation failed; choosing the devices without its preference")
-		return nil
-	}
-	if len(resp.GetContainerResponses()) == 0 {
-		return nil
-	}
-	return resp.GetContainerResponses()[0].GetDeviceIDs()
-}
-
-// reusableLocked returns, per resource, the devices of the pod that
-// container may reuse: the kubelet's devicesToReuse as it stands when that
-// container is allocated. Walking the containers before it in the kubelet's
-// order, a regular init container's devices join the pool, a sidecar's and
-// an app container's leave it. It is computed from the committed state, so
-// it does not depend on the calls made before.
-func (m *Manager) reusableLocked(pod *v1.Pod, container string) map[string]sets.Set[string] {
-	uid := string(pod.UID)
-	reuse := make(map[string]sets.Set[string])
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		if c.Name == container {
-			return reuse
-		}
-		if isRestartableInitContainer(c) {
-			m.pods.RemoveContainerAllocatedResources(uid, c.Name, reuse)
-		} else {
-			m.pods.AddContainerAllocatedResources(uid, c.Name, reuse)
-		}
-	}
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		if c.Name == container {
-			return reuse
-		}
-		m.pods.RemoveContainerAllocatedResources(uid, c.Name, reuse)
-	}
-	return reuse
 }

@@ -17,12 +17,13 @@ limitations under the License.
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -135,60 +136,67 @@ func (m *Manager) PrepareClaim(ctx context.Context, claim ClaimRef, requests []C
 	defer unlock()
 
 	m.mu.Lock()
+	refresh, done, err := m.claimHeldLocked(claim, want)
+	groups := sortedGroups(want)
+	if err == nil && !done {
+		err = m.reserveClaimLocked(key, groups, want, refresh)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return ClaimAllocation{}, err
+	}
+	if !done {
+		tx := m.newTxnRef(poddevices.PodRef{UID: key, Namespace: claim.Namespace, Name: claim.Name})
+		tx.worked = true
+		if err := tx.finish(ctx, m.allocateClaim(ctx, tx, groups, want, refresh)); err != nil {
+			return ClaimAllocation{}, err
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.claimAllocationLocked(key), nil
+}
+
+// claimHeldLocked compares what the claim holds with want: nothing (a new
+// claim), exactly want (done, unless the node rebooted since: then refresh,
+// to run Allocate again for the same devices), or other devices (refused).
+func (m *Manager) claimHeldLocked(claim ClaimRef, want map[containerResource]sets.Set[string]) (refresh, done bool, err error) {
+	key := ClaimKey(claim.UID)
 	held := make(map[containerResource]sets.Set[string])
 	stale := false
 	for _, e := range m.pods.PodEntries(key) {
 		held[containerResource{container: e.ContainerName, resource: e.ResourceName}] = sets.New(e.DeviceIDs.Devices()...)
 		stale = stale || m.isStaleLocked(key, e.ContainerName, e.ResourceName)
 	}
-	if len(held) > 0 {
-		same := len(held) == len(want)
-		for k, ids := range want {
-			same = same && held[k].Equal(ids)
-		}
-		if !same {
-			m.mu.Unlock()
-			return ClaimAllocation{}, &AllocationError{Reason: AllocationAllocateFailed,
-				Err: fmt.Errorf("preparing claim %s/%s: holds %v, asked for %v: %w", claim.Namespace, claim.Name, describeSets(held), describeSets(want), ErrClaimConflict)}
-		}
-		if !stale {
-			out := m.claimAllocationLocked(key)
-			m.mu.Unlock()
-			return out, nil
-		}
+	if len(held) == 0 {
+		return false, false, nil
 	}
-	refresh := len(held) > 0
-	groups := sortedGroups(want)
-	for _, k := range groups {
-		if err := m.reserveClaimLocked(key, k, want[k], refresh); err != nil {
-			for _, done := range groups {
-				m.pods.Rollback(key, done.container, done.resource)
-			}
-			m.mu.Unlock()
-			return ClaimAllocation{}, err
-		}
+	same := len(held) == len(want)
+	for k, ids := range want {
+		same = same && held[k].Equal(ids)
 	}
-	m.mu.Unlock()
+	if !same {
+		return false, false, &AllocationError{Reason: AllocationAllocateFailed,
+			Err: fmt.Errorf("preparing claim %s/%s: holds %v, asked for %v: %w", claim.Namespace, claim.Name, describeSets(held), describeSets(want), ErrClaimConflict)}
+	}
+	return true, !stale, nil
+}
 
-	tx := m.newTxnRef(poddevices.PodRef{UID: key, Namespace: claim.Namespace, Name: claim.Name})
-	tx.worked = true
-	var txErr error
+// allocateClaim runs the plugin's Allocate (and PreStartContainer where
+// required) for each reserved group of the claim and commits it; after a
+// failure the groups not committed yet are rolled back.
+func (m *Manager) allocateClaim(ctx context.Context, tx *allocTxn, groups []containerResource, want map[containerResource]sets.Set[string], refresh bool) error {
 	for i, k := range groups {
-		if txErr = m.allocateClaimResource(ctx, tx, k, sets.List(want[k]), refresh); txErr != nil {
+		if err := m.allocateClaimResource(ctx, tx, k, sets.List(want[k]), refresh); err != nil {
 			m.mu.Lock()
 			for _, rest := range groups[i:] {
-				m.pods.Rollback(key, rest.container, rest.resource)
+				m.pods.Rollback(tx.pod.UID, rest.container, rest.resource)
 			}
 			m.mu.Unlock()
-			break
+			return err
 		}
 	}
-	if err := tx.finish(ctx, txErr); err != nil {
-		return ClaimAllocation{}, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.claimAllocationLocked(key), nil
+	return nil
 }
 
 // claimRequests validates the requests and merges them per request and
@@ -235,10 +243,24 @@ func (m *Manager) claimRequests(claim ClaimRef, requests []ClaimRequest) (map[co
 	return want, nil
 }
 
-// reserveClaimLocked checks and reserves the devices ids of one request and
-// resource for the claim. With refresh the claim holds them already (a
+// reserveClaimLocked checks and reserves the devices of every group (request
+// and resource) of the claim, or none of them.
+func (m *Manager) reserveClaimLocked(key string, groups []containerResource, want map[containerResource]sets.Set[string], refresh bool) error {
+	for _, k := range groups {
+		if err := m.reserveClaimGroupLocked(key, k, want[k], refresh); err != nil {
+			for _, done := range groups {
+				m.pods.Rollback(key, done.container, done.resource)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// reserveClaimGroupLocked checks and reserves the devices ids of one request
+// and resource for the claim. With refresh the claim holds them already (a
 // reallocation after a reboot).
-func (m *Manager) reserveClaimLocked(key string, k containerResource, ids sets.Set[string], refresh bool) error {
+func (m *Manager) reserveClaimGroupLocked(key string, k containerResource, ids sets.Set[string], refresh bool) error {
 	resource := k.resource
 	if m.rebuildPending {
 		return &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true,
@@ -289,33 +311,16 @@ func (m *Manager) describeHolderLocked(uid, container string) string {
 }
 
 // allocateClaimResource runs the plugin's Allocate (and PreStartContainer
-// where required) for the reserved devices of one resource and commits them.
+// where required) for the reserved devices of one resource and commits them,
+// or rolls them back: the allocation pipeline's plugin and commit steps.
 func (m *Manager) allocateClaimResource(ctx context.Context, tx *allocTxn, k containerResource, ids []string, refresh bool) error {
-	key, resource, request := tx.pod.UID, k.resource, k.container
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("request", k.container, "resourceName", k.resource))
 	m.mu.Lock()
-	r := m.resources[resource]
-	if r == nil || r.primary == nil {
-		m.pods.Rollback(key, request, resource)
-		m.mu.Unlock()
-		return &AllocationError{Reason: AllocationPluginUnavailable, Retryable: true, Err: fmt.Errorf(errUnregisteredDevice, resource)}
-	}
-	ep := r.primary
+	ep, err := m.primaryEndpointLocked(k.resource)
 	m.mu.Unlock()
-
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.AllocateTimeout)
-	start := time.Now()
-	resp, err := ep.allocate(rctx, ids)
-	cancel()
-	m.metrics.allocDuration.WithLabelValues(resource).Observe(time.Since(start).Seconds())
-	switch {
-	case err != nil:
-		err = rpcAllocationError(ep, resource, request, err)
-	case len(resp.GetContainerResponses()) == 0 || resp.GetContainerResponses()[0] == nil:
-		err = &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf(errNoContainerResponses, resp)}
-	default:
-		if perr := m.cfg.AllocatePolicy.Check(resource, resp.GetContainerResponses()[0]); perr != nil {
-			err = &AllocationError{Reason: AllocationAllocateFailed, Err: perr}
-		}
+	var resp *pluginapi.ContainerAllocateResponse
+	if err == nil {
+		resp, err = m.callAllocate(ctx, ep, k, ids)
 	}
 	if err == nil && ep.opts().GetPreStartRequired() {
 		pctx, pcancel := context.WithTimeout(ctx, m.cfg.PreStartTimeout)
@@ -324,27 +329,7 @@ func (m *Manager) allocateClaimResource(ctx context.Context, tx *allocTxn, k con
 		}
 		pcancel()
 	}
-
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err != nil {
-		m.pods.Rollback(key, request, resource)
-		return err
-	}
-	if cerr := m.pods.Commit(tx.pod, request, resource, m.devicesPerNUMALocked(resource, ids), resp.GetContainerResponses()[0]); cerr != nil {
-		m.pods.Rollback(key, request, resource)
-		return &AllocationError{Reason: AllocationAllocateFailed, Err: fmt.Errorf("preparing devices of %s: %w", resource, cerr)}
-	}
-	m.podRefs[key] = tx.pod
-	m.podChangedLocked(key)
-	tx.changed.Insert(resource)
-	if refresh {
-		tx.refreshed = append(tx.refreshed, k)
-	} else {
-		tx.added = append(tx.added, k)
-	}
-	klog.FromContext(ctx).V(4).Info("Prepared claim devices", "request", request, "resourceName", resource, "deviceIDs", ids, "reallocation", refresh)
-	return nil
+	return m.commit(ctx, tx, k, ids, resp, err, refresh)
 }
 
 // UnprepareClaim frees the devices of the claim of UID uid: the DRA driver's
@@ -425,27 +410,16 @@ func (m *Manager) claimAllocationLocked(key string) ClaimAllocation {
 		})
 	}
 	slices.SortFunc(out.Resources, func(a, b ClaimResourceAllocation) int {
-		if c := strings.Compare(a.Request, b.Request); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ResourceName, b.ResourceName)
+		return cmp.Or(strings.Compare(a.Request, b.Request), strings.Compare(a.ResourceName, b.ResourceName))
 	})
 	return out
 }
 
 // sortedGroups returns the keys of m sorted by request, then resource.
 func sortedGroups(m map[containerResource]sets.Set[string]) []containerResource {
-	out := make([]containerResource, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.SortFunc(out, func(a, b containerResource) int {
-		if c := strings.Compare(a.container, b.container); c != 0 {
-			return c
-		}
-		return strings.Compare(a.resource, b.resource)
+	return slices.SortedFunc(maps.Keys(m), func(a, b containerResource) int {
+		return cmp.Or(strings.Compare(a.container, b.container), strings.Compare(a.resource, b.resource))
 	})
-	return out
 }
 
 func describeSets(m map[containerResource]sets.Set[string]) map[string][]string {

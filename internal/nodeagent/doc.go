@@ -59,24 +59,30 @@ limitations under the License.
 // # Allocation
 //
 // Allocate(pod, container) and AllocatePod(pod) follow the kubelet's
-// Allocate and devicesToAllocate (allocate.go) step by step: init
-// containers first; a container that already holds devices for a resource
-// must ask for the same number ("changed request"); the health checks in
-// the kubelet's order; the devices of the pod's earlier regular init
-// containers first (sidecars and app containers keep theirs; the pool is
-// recomputed from the committed state, see reusableLocked); then the
-// devices aligned with the NUMA affinity the topology policy chose; the
-// plugin's GetPreferredAllocation with the kubelet's arguments (available =
-// aligned ∪ picked or available ∪ picked, must-include = picked, size = the
-// whole request), answers outside the candidates ignored; then the rest.
+// Allocate, GetTopologyHints and devicesToAllocate step by step, init
+// containers first, one container at a time through one pipeline, in
+// allocate.go in this order:
 //
-// Unlike the kubelet, allocation is a transaction:
+//	requests  containerRequests: its limits that are device plugin resources
+//	hints     admitTopologyLocked: the policy's NUMA affinity (topology_hints.go)
+//	pick      devicesToAllocateLocked, per resource: the same number as held
+//	          ("changed request"); the health checks in the kubelet's order;
+//	          pickLocked: the devices of the pod's earlier regular init
+//	          containers (sidecars and app containers keep theirs; reusableLocked
+//	          recomputes the pool from the committed state), the aligned
+//	          devices, the plugin's GetPreferredAllocation
+//	          with the kubelet's arguments (available = aligned ∪ picked or
+//	          available ∪ picked, must-include = picked, size = the whole
+//	          request; answers outside the candidates ignored), the rest
+//	reserve   picker.take: each device in the poddevices.Store as it is picked
+//	plugin    callAllocate: the plugin's Allocate, without the lock
+//	commit    commit: poddevices.Store.Commit with the plugin's response
 //
-//	reserve → GetPreferredAllocation/Allocate without the lock → commit → checkpoint (fsync) → notify
-//
-// Every device is reserved in the poddevices.Store as soon as it is picked,
-// so neither a concurrent allocation nor garbage collection can hand it to
-// another pod while an RPC runs (kubernetes #137534); after an RPC the
+// then allocTxn.finish writes the checkpoint (fsync) and notifies, or rolls
+// back: unlike the kubelet's, allocation is a transaction. PrepareClaim
+// (claims.go) shares the plugin and commit steps. A device reserved as soon
+// as it is picked cannot be handed by a concurrent allocation or by garbage
+// collection to another pod while an RPC runs (kubernetes #137534); after an RPC the
 // candidates are checked again. Any failure rolls the reservation back and
 // releases what the same call committed (earlier resources of the container,
 // earlier containers of the pod for AllocatePod), so nothing is left

@@ -181,8 +181,8 @@ type Manager struct {
 	// and container name (podScopeKey for the pod as a whole).
 	affinity map[string]map[string]topology.BitMask
 	// stale lists the allocations restored across a node reboot whose
-	// plugin Allocate must run again: pod UID → container → resources.
-	stale map[string]map[string]sets.Set[string]
+	// plugin Allocate must run again, by pod UID.
+	stale map[string]sets.Set[containerResource]
 	// cordons are the devices never to allocate, by resource.
 	cordons map[string]sets.Set[string]
 	// restored is set once the checkpoint was restored (or rebuilt, or
@@ -251,7 +251,7 @@ func New(cfg Config) (*Manager, error) {
 		pods:      poddevices.New(),
 		podRefs:   make(map[string]poddevices.PodRef),
 		affinity:  make(map[string]map[string]topology.BitMask),
-		stale:     make(map[string]map[string]sets.Set[string]),
+		stale:     make(map[string]sets.Set[containerResource]),
 		cordons:   make(map[string]sets.Set[string]),
 		podLocks:  make(map[string]*podLock),
 

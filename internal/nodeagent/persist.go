@@ -117,20 +117,25 @@ func defaultAllocationConfig(cfg *Config) error {
 // first use (this reads the boot ID and creates the directory). The caller
 // holds m.ckptMu.
 func (m *Manager) checkpointStoresLocked() (*checkpoint.Journal, *checkpoint.Store, error) {
-	if m.ckptStore != nil {
-		return m.ckptStore, m.staleStore, nil
+	if m.ckptStore == nil {
+		main, stale, err := m.openCheckpoint(m.cfg.CheckpointPath)
+		if err != nil {
+			return nil, nil, fmt.Errorf("opening device manager checkpoint: %w", err)
+		}
+		m.ckptStore, m.staleStore = main, stale
 	}
+	return m.ckptStore, m.staleStore, nil
+}
+
+// openCheckpoint opens the checkpoint at path and its reallocation file.
+func (m *Manager) openCheckpoint(path string) (*checkpoint.Journal, *checkpoint.Store, error) {
 	opts := checkpoint.Options{BootIDPath: m.cfg.BootIDPath, Clock: m.clock}
-	main, err := checkpoint.OpenJournal(m.cfg.CheckpointPath, opts)
+	journal, err := checkpoint.OpenJournal(path, opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening device manager checkpoint: %w", err)
+		return nil, nil, err
 	}
-	stale, err := checkpoint.New(m.cfg.CheckpointPath+reallocateSuffix, opts)
-	if err != nil {
-		return nil, nil, fmt.Errorf("opening device manager checkpoint: %w", err)
-	}
-	m.ckptStore, m.staleStore = main, stale
-	return main, stale, nil
+	stale, err := checkpoint.New(path+reallocateSuffix, opts)
+	return journal, stale, err
 }
 
 // persist makes the state as of the call durable unless a write that
@@ -172,11 +177,7 @@ func (m *Manager) write(durable bool) error {
 	if m.ckptWritten >= target {
 		// Written by an unsynced write: flush it.
 		if err := store.Sync(); err != nil {
-			m.mu.Lock()
-			m.needSnapshot = true
-			m.mu.Unlock()
-			m.metrics.checkpointWrites.WithLabelValues(resultError).Inc()
-			return err
+			return m.writeFailed(err)
 		}
 		m.ckptSynced = m.ckptWritten
 		return nil
@@ -201,12 +202,7 @@ func (m *Manager) write(durable bool) error {
 		err = store.Append(batch, durable)
 	}
 	if err != nil {
-		// What was taken for this write is written by the next one, whole.
-		m.mu.Lock()
-		m.needSnapshot = true
-		m.mu.Unlock()
-		m.metrics.checkpointWrites.WithLabelValues(resultError).Inc()
-		return err
+		return m.writeFailed(err)
 	}
 	m.metrics.checkpointWrites.WithLabelValues(resultSuccess).Inc()
 	m.ckptWritten = seq
@@ -217,6 +213,16 @@ func (m *Manager) write(durable bool) error {
 	m.ckptInfo = CheckpointInfo{BootID: store.BootID(), LastWrite: m.clock.Now()}
 	m.mu.Unlock()
 	return nil
+}
+
+// writeFailed counts a failed write and returns its error. What was taken
+// for it is written by the next write, a snapshot.
+func (m *Manager) writeFailed(err error) error {
+	m.mu.Lock()
+	m.needSnapshot = true
+	m.mu.Unlock()
+	m.metrics.checkpointWrites.WithLabelValues(resultError).Inc()
+	return err
 }
 
 // persistLogged is persist for callers with nobody to return the error to.
@@ -336,43 +342,15 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 	m.restored = true
 	m.mu.Unlock()
 
-	m.ckptMu.Lock()
-	store, staleStore, err := m.checkpointStoresLocked()
-	m.ckptMu.Unlock()
+	var res RestoreResult
+	cp, source, sourceStale, err := m.readCheckpoint(logger, &res)
 	if err != nil {
-		return RestoreResult{}, fmt.Errorf("restoring device manager checkpoint: %w", err)
-	}
-	res := RestoreResult{CurrentBootID: store.BootID()}
-	cp, err := store.Read()
-	source, sourceStale := store.Path(), staleStore
-	if errors.Is(err, checkpoint.ErrNotFound) && m.legacyCheckpointPath() != "" {
-		// An agent upgraded from one that kept its state in the plugin
-		// directory: read it there, then write it here and remove it.
-		cp, sourceStale, err = m.readLegacyCheckpoint()
-		source = m.legacyCheckpointPath()
-		res.MigratedFrom = source
-	}
-	if errors.Is(err, checkpoint.ErrNotFound) {
-		logger.Info("No device manager checkpoint; starting with no allocations", "path", store.Path())
-		return RestoreResult{CurrentBootID: res.CurrentBootID}, nil
-	}
-	if err != nil {
-		var cerr *checkpoint.CorruptError
-		if errors.As(err, &cerr) {
-			m.metrics.checkpointCorrupt.WithLabelValues(string(cerr.Reason)).Inc()
-			m.mu.Lock()
-			m.rebuildPending = true
-			m.mu.Unlock()
-		}
 		return res, fmt.Errorf("restoring device manager checkpoint: %w", err)
 	}
-	res.BootID, res.Rebooted, res.TornTail = cp.BootID, cp.Rebooted, cp.TornTail
-	if t := cp.TornTail; t != nil {
-		m.metrics.checkpointCorrupt.WithLabelValues(reasonTornTail).Inc()
-		logger.Error(t.SaveErr, "The checkpoint ends in a write that never finished; restoring what was written before it",
-			"path", source, "offset", t.Offset, "tornBytes", t.Bytes, "savedCopy", t.SavedPath)
+	if cp == nil {
+		return res, nil
 	}
-
+	res.BootID, res.Rebooted, res.TornTail = cp.BootID, cp.Rebooted, cp.TornTail
 	allStale := cp.Rebooted
 	var stale []poddevices.Entry
 	if !cp.Rebooted {
@@ -399,8 +377,7 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 	}
 	var serr error
 	if allStale || res.MigratedFrom != "" {
-		serr = m.persistStale()
-		if serr != nil {
+		if serr = m.persistStale(); serr != nil {
 			logger.Error(serr, "Writing the list of allocations to run Allocate for again")
 		}
 	}
@@ -410,6 +387,51 @@ func (m *Manager) RestoreCheckpoint(ctx context.Context) (RestoreResult, error) 
 	logger.Info("Restored device manager checkpoint", "path", source, "pods", res.Allocations,
 		"bootID", cp.BootID, "writtenAt", cp.WrittenAt, "rebooted", cp.Rebooted, "format", cp.Format)
 	return res, nil
+}
+
+// readCheckpoint reads the checkpoint, or the one an earlier version left in
+// the plugin directory (res.MigratedFrom), and returns it with the path read
+// and the store of its reallocation file; nil if there is none. A corrupt
+// checkpoint is counted and makes allocation wait for RestoreAllocations; a
+// torn tail is counted and logged.
+func (m *Manager) readCheckpoint(logger klog.Logger, res *RestoreResult) (*checkpoint.Checkpoint, string, *checkpoint.Store, error) {
+	m.ckptMu.Lock()
+	store, staleStore, err := m.checkpointStoresLocked()
+	m.ckptMu.Unlock()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	res.CurrentBootID = store.BootID()
+	cp, err := store.Read()
+	source := store.Path()
+	if errors.Is(err, checkpoint.ErrNotFound) && m.legacyCheckpointPath() != "" {
+		// An agent upgraded from one that kept its state in the plugin
+		// directory: read it there, then write it here and remove it.
+		cp, staleStore, err = m.readLegacyCheckpoint()
+		source = m.legacyCheckpointPath()
+		res.MigratedFrom = source
+	}
+	var cerr *checkpoint.CorruptError
+	switch {
+	case errors.Is(err, checkpoint.ErrNotFound):
+		res.MigratedFrom = ""
+		logger.Info("No device manager checkpoint; starting with no allocations", "path", store.Path())
+		return nil, "", nil, nil
+	case errors.As(err, &cerr):
+		m.metrics.checkpointCorrupt.WithLabelValues(string(cerr.Reason)).Inc()
+		m.mu.Lock()
+		m.rebuildPending = true
+		m.mu.Unlock()
+		return nil, "", nil, err
+	case err != nil:
+		return nil, "", nil, err
+	}
+	if t := cp.TornTail; t != nil {
+		m.metrics.checkpointCorrupt.WithLabelValues(reasonTornTail).Inc()
+		logger.Error(t.SaveErr, "The checkpoint ends in a write that never finished; restoring what was written before it",
+			"path", source, "offset", t.Offset, "tornBytes", t.Bytes, "savedCopy", t.SavedPath)
+	}
+	return cp, source, staleStore, nil
 }
 
 // convertCheckpoint writes the restored state at once as a snapshot of the
@@ -455,12 +477,7 @@ func (m *Manager) readLegacyCheckpoint() (*checkpoint.Checkpoint, *checkpoint.St
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("reading checkpoint %s: %w", path, checkpoint.ErrNotFound)
 	}
-	opts := checkpoint.Options{BootIDPath: m.cfg.BootIDPath, Clock: m.clock}
-	legacy, err := checkpoint.OpenJournal(path, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	stale, err := checkpoint.New(path+reallocateSuffix, opts)
+	legacy, stale, err := m.openCheckpoint(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -523,11 +540,9 @@ func (m *Manager) persistStale() error {
 	}
 	m.mu.Lock()
 	var state checkpoint.State
-	for uid, containers := range m.stale {
-		for container, resources := range containers {
-			for resource := range resources {
-				state.Entries = append(state.Entries, checkpoint.Entry{PodUID: uid, ContainerName: container, ResourceName: resource})
-			}
+	for uid, allocs := range m.stale {
+		for k := range allocs {
+			state.Entries = append(state.Entries, checkpoint.Entry{PodUID: uid, ContainerName: k.container, ResourceName: k.resource})
 		}
 	}
 	m.mu.Unlock()
@@ -538,28 +553,18 @@ func (m *Manager) persistStale() error {
 }
 
 func (m *Manager) isStaleLocked(uid, container, resource string) bool {
-	return m.stale[uid][container].Has(resource)
+	return m.stale[uid].Has(containerResource{container: container, resource: resource})
 }
 
 func (m *Manager) markStaleLocked(uid, container, resource string) {
-	containers := m.stale[uid]
-	if containers == nil {
-		containers = make(map[string]sets.Set[string])
-		m.stale[uid] = containers
+	if m.stale[uid] == nil {
+		m.stale[uid] = sets.New[containerResource]()
 	}
-	if containers[container] == nil {
-		containers[container] = sets.New[string]()
-	}
-	containers[container].Insert(resource)
+	m.stale[uid].Insert(containerResource{container: container, resource: resource})
 }
 
 func (m *Manager) unmarkStaleLocked(uid, container, resource string) {
-	containers := m.stale[uid]
-	containers[container].Delete(resource)
-	if containers[container].Len() == 0 {
-		delete(containers, container)
-	}
-	if len(containers) == 0 {
+	if m.stale[uid].Delete(containerResource{container: container, resource: resource}).Len() == 0 {
 		delete(m.stale, uid)
 	}
 }
@@ -584,10 +589,37 @@ func (m *Manager) unmarkStaleLocked(uid, container, resource string) {
 // restored. If the checkpoint cannot be written, allocation stays refused
 // and the call may be repeated.
 func (m *Manager) RestoreAllocations(allocs []PodAllocation) error {
+	m.mu.Lock()
+	entries, registered, errs := m.entriesFromAllocationsLocked(allocs)
+	m.restored = true
+	restored, ferr := m.restoreEntriesLocked(entries)
+	m.mu.Unlock()
+	if ferr != nil {
+		errs = append(errs, ferr)
+	}
+	m.RestoreRegisteredResources(registered)
+
+	if err := m.persist(); err != nil {
+		errs = append(errs, fmt.Errorf("writing the rebuilt checkpoint: %w", err))
+	} else {
+		m.mu.Lock()
+		m.rebuildPending = false
+		m.mu.Unlock()
+	}
+	m.logger.Info("Rebuilt the device allocations", "pods", len(allocs), "allocations", len(restored), "skipped", len(entries)-len(restored))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("rebuilding device allocations: %w", err)
+	}
+	return nil
+}
+
+// entriesFromAllocationsLocked turns the allocations into checkpoint entries
+// (see RestoreAllocations) and returns them with the device IDs of each
+// resource and the errors of the allocations left out.
+func (m *Manager) entriesFromAllocationsLocked(allocs []PodAllocation) ([]poddevices.Entry, map[string][]string, []error) {
 	var errs []error
 	var entries []poddevices.Entry
 	registered := make(map[string]sets.Set[string])
-	m.mu.Lock()
 	for _, pa := range allocs {
 		for _, ca := range pa.Containers {
 			resources := slices.Clone(ca.Resources)
@@ -608,13 +640,8 @@ func (m *Manager) RestoreAllocations(allocs []PodAllocation) error {
 					continue
 				}
 				entries = append(entries, poddevices.Entry{
-					PodUID:        pa.PodUID,
-					PodNamespace:  pa.Namespace,
-					PodName:       pa.Name,
-					ContainerName: ca.Name,
-					ResourceName:  ra.ResourceName,
-					DeviceIDs:     m.numaPlacementLocked(ra),
-					AllocResp:     raw,
+					PodUID: pa.PodUID, PodNamespace: pa.Namespace, PodName: pa.Name, ContainerName: ca.Name,
+					ResourceName: ra.ResourceName, DeviceIDs: m.numaPlacementLocked(ra), AllocResp: raw,
 				})
 				if registered[ra.ResourceName] == nil {
 					registered[ra.ResourceName] = sets.New[string]()
@@ -623,31 +650,11 @@ func (m *Manager) RestoreAllocations(allocs []PodAllocation) error {
 			}
 		}
 	}
-	m.restored = true
-	restored, ferr := m.restoreEntriesLocked(entries)
-	m.mu.Unlock()
-	if ferr != nil {
-		errs = append(errs, ferr)
-	}
-
 	ids := make(map[string][]string, len(registered))
 	for r, set := range registered {
 		ids[r] = sets.List(set)
 	}
-	m.RestoreRegisteredResources(ids)
-
-	if err := m.persist(); err != nil {
-		errs = append(errs, fmt.Errorf("writing the rebuilt checkpoint: %w", err))
-	} else {
-		m.mu.Lock()
-		m.rebuildPending = false
-		m.mu.Unlock()
-	}
-	m.logger.Info("Rebuilt the device allocations", "pods", len(allocs), "allocations", len(restored), "skipped", len(entries)-len(restored))
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("rebuilding device allocations: %w", err)
-	}
-	return nil
+	return entries, ids, errs
 }
 
 // numaPlacementLocked places the devices of ra on NUMA nodes (see

@@ -19,14 +19,11 @@ package nodeagent
 import (
 	"context"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 
-	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
 	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
 )
 
@@ -41,33 +38,14 @@ import (
 // list of active pods, see UpdateAllocatedDevices), and cordoned devices are
 // not available.
 func (m *Manager) containerHintsLocked(pod *v1.Pod, c *v1.Container) map[string][]topology.Hint {
-	uid := string(pod.UID)
-	hints := make(map[string][]topology.Hint)
 	var reuse map[string]sets.Set[string]
-	for _, rq := range containerRequests(pod, c) {
-		if m.resources[rq.resource] == nil {
-			continue
-		}
-		devs := m.deviceNodesLocked(rq.resource)
-		if !devs.HasTopology() {
-			hints[rq.resource] = nil
-			continue
-		}
+	return m.hintsLocked(containerRequests(pod, c), func(in *topology.HintInput, resource string) {
 		if reuse == nil {
 			reuse = m.reusableLocked(pod, c.Name)
 		}
-		h := topology.ResourceHints(topology.HintInput{
-			MachineNodes: m.numaNodes,
-			Devices:      devs,
-			Available:    m.availableLocked(rq.resource),
-			Reusable:     reuse[rq.resource],
-			Allocated:    m.pods.ContainerDevices(uid, c.Name, rq.resource),
-			Request:      rq.count,
-		})
-		topology.SortHints(h)
-		hints[rq.resource] = h
-	}
-	return hints
+		in.Reusable = reuse[resource]
+		in.Allocated = m.pods.ContainerDevices(string(pod.UID), c.Name, resource)
+	})
 }
 
 // podHintsLocked returns the hints of the pod as a whole (topology
@@ -77,9 +55,17 @@ func (m *Manager) containerHintsLocked(pod *v1.Pod, c *v1.Container) map[string]
 // with the sidecar rules), the allocated devices are those of the whole pod,
 // and nothing is reusable.
 func (m *Manager) podHintsLocked(pod *v1.Pod) map[string][]topology.Hint {
-	uid := string(pod.UID)
+	return m.hintsLocked(podRequests(pod), func(in *topology.HintInput, resource string) {
+		in.Allocated = m.pods.PodDevices(string(pod.UID), resource)
+	})
+}
+
+// hintsLocked returns the sorted hints of each known resource of reqs: nil
+// for one without topology, else topology.ResourceHints of its devices and
+// available devices, with what fill adds (reusable and allocated devices).
+func (m *Manager) hintsLocked(reqs []deviceRequest, fill func(in *topology.HintInput, resource string)) map[string][]topology.Hint {
 	hints := make(map[string][]topology.Hint)
-	for _, rq := range podRequests(pod) {
+	for _, rq := range reqs {
 		if m.resources[rq.resource] == nil {
 			continue
 		}
@@ -88,51 +74,36 @@ func (m *Manager) podHintsLocked(pod *v1.Pod) map[string][]topology.Hint {
 			hints[rq.resource] = nil
 			continue
 		}
-		h := topology.ResourceHints(topology.HintInput{
-			MachineNodes: m.numaNodes,
-			Devices:      devs,
-			Available:    m.availableLocked(rq.resource),
-			Allocated:    m.pods.PodDevices(uid, rq.resource),
-			Request:      rq.count,
-		})
+		in := topology.HintInput{MachineNodes: m.numaNodes, Devices: devs, Available: m.availableLocked(rq.resource), Request: rq.count}
+		fill(&in, rq.resource)
+		h := topology.ResourceHints(in)
 		topology.SortHints(h)
 		hints[rq.resource] = h
 	}
 	return hints
 }
 
-// podRequests returns the pod-level request of each extended resource, as
-// the kubelet's getPodDeviceRequest: resourcehelper.PodLimits without the
-// pod overhead. Zero requests are left out, as in containerRequests.
-func podRequests(pod *v1.Pod) []deviceRequest {
-	var out []deviceRequest
-	for name, q := range resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{ExcludeOverhead: true}) {
-		resource := string(name)
-		if !registration.IsExtendedResourceName(resource) {
-			continue
-		}
-		if n := q.Value(); n > 0 {
-			out = append(out, deviceRequest{resource: resource, count: int(n)})
-		}
-	}
-	slices.SortFunc(out, func(a, b deviceRequest) int { return strings.Compare(a.resource, b.resource) })
-	return out
-}
+// podScopeKey is the affinity key of a pod as a whole (pod scope); container
+// names are never empty.
+const podScopeKey = ""
 
 // admitTopologyLocked applies the topology policy to container c of pod,
 // as the topology manager does at admission, and returns the NUMA affinity
 // to allocate with (empty: no preference). Container scope merges the
 // container's hints; pod scope merges the pod's hints once and gives every
-// container the same affinity. Policy none admits without affinity.
-// restricted and single-numa-node refuse an unaligned allocation with the
-// kubelet's TopologyAffinityError.
-func (m *Manager) admitTopologyLocked(ctx context.Context, pod *v1.Pod, c *v1.Container) (topology.BitMask, error) {
+// container the same affinity. Policy none admits without affinity, and so
+// does every policy when the container holds devices of all of reqs (none
+// are to be chosen). restricted and single-numa-node refuse an unaligned
+// allocation with the kubelet's TopologyAffinityError.
+func (m *Manager) admitTopologyLocked(ctx context.Context, pod *v1.Pod, c *v1.Container, reqs []deviceRequest) (topology.BitMask, error) {
 	policy, scope := m.cfg.TopologyPolicy, m.cfg.TopologyScope
-	if policy == topology.PolicyNone {
+	uid := string(pod.UID)
+	if policy == topology.PolicyNone || !slices.ContainsFunc(reqs, func(rq deviceRequest) bool {
+		return m.pods.ContainerDevices(uid, c.Name, rq.resource) == nil
+	}) {
 		return 0, nil
 	}
 	logger := klog.FromContext(ctx)
-	uid := string(pod.UID)
 	var hints map[string][]topology.Hint
 	if scope == topology.ScopePod {
 		if aff, ok := m.affinity[uid][podScopeKey]; ok {

@@ -57,14 +57,16 @@ type dataV1 struct {
 	RegisteredDevices map[string][]string `json:"registeredDevices"`
 }
 
+// entryV1 is an Entry with the JSON names of format 1; the two convert
+// into each other.
 type entryV1 struct {
-	PodUID        string             `json:"podUID"`
-	PodNamespace  string             `json:"podNamespace,omitempty"`
-	PodName       string             `json:"podName,omitempty"`
-	ContainerName string             `json:"containerName"`
-	ResourceName  string             `json:"resourceName"`
-	DeviceIDs     map[int64][]string `json:"deviceIDs"`
-	AllocResp     []byte             `json:"allocResp"`
+	PodUID        string         `json:"podUID"`
+	PodNamespace  string         `json:"podNamespace,omitempty"`
+	PodName       string         `json:"podName,omitempty"`
+	ContainerName string         `json:"containerName"`
+	ResourceName  string         `json:"resourceName"`
+	DeviceIDs     DevicesPerNUMA `json:"deviceIDs"`
+	AllocResp     []byte         `json:"allocResp"`
 }
 
 // encodeV1 renders state as a version 1 file.
@@ -78,15 +80,7 @@ func encodeV1(state State, bootID string, writtenAt time.Time) ([]byte, error) {
 		d.Entries = make([]entryV1, 0, len(state.Entries))
 	}
 	for _, e := range state.Entries {
-		d.Entries = append(d.Entries, entryV1{
-			PodUID:        e.PodUID,
-			PodNamespace:  e.PodNamespace,
-			PodName:       e.PodName,
-			ContainerName: e.ContainerName,
-			ResourceName:  e.ResourceName,
-			DeviceIDs:     e.DeviceIDs,
-			AllocResp:     e.AllocResp,
-		})
+		d.Entries = append(d.Entries, entryV1(e))
 	}
 	payload, err := json.Marshal(d)
 	if err != nil {
@@ -184,15 +178,7 @@ func decodeV1(blob []byte) (*decoded, error) {
 		out.state.Entries = make([]Entry, 0, len(d.Entries))
 	}
 	for _, e := range d.Entries {
-		out.state.Entries = append(out.state.Entries, Entry{
-			PodUID:        e.PodUID,
-			PodNamespace:  e.PodNamespace,
-			PodName:       e.PodName,
-			ContainerName: e.ContainerName,
-			ResourceName:  e.ResourceName,
-			DeviceIDs:     e.DeviceIDs,
-			AllocResp:     e.AllocResp,
-		})
+		out.state.Entries = append(out.state.Entries, Entry(e))
 	}
 	if err := out.state.validate(); err != nil {
 		return nil, &decodeError{reason: ReasonInvalidData, err: err}

@@ -332,43 +332,9 @@ func decodeJournal(blob []byte) (*journalDecoded, error) {
 			out.tornAt = int64(off)
 			break
 		}
-		d = &decoder{b: payload}
-		if k := d.byte(); k != kindBatch {
-			return nil, corrupt(ReasonUnknownFormat, "frame at offset %d is of kind %d, not a batch", off, k)
-		}
-		at := time.Unix(0, d.varint()).UTC()
-		b := Batch{Pods: make(map[string][]Entry), Registered: make(map[string][]string)}
-		for range d.count() {
-			uid := d.str()
-			n := d.count()
-			entries := make([]Entry, 0, n)
-			for range n {
-				entries = append(entries, d.entry())
-			}
-			b.Pods[uid] = entries
-		}
-		d.registered(b.Registered)
-		for range d.count() {
-			b.Unregistered = append(b.Unregistered, d.str())
-		}
-		if err := frameEnd(d); err != nil {
-			return nil, corrupt(ReasonUnknownFormat, "frame at offset %d: %w", off, err)
-		}
-		// What the writer refuses to append (Append validates), the reader refuses to apply:
-		// e.g. entries filed under another pod's UID would survive a compaction in another order.
-		if err := b.validate(); err != nil {
-			return nil, &decodeError{reason: ReasonInvalidData, err: fmt.Errorf("frame at offset %d: %w", off, err)}
-		}
-		for uid, entries := range b.Pods {
-			if len(entries) == 0 {
-				delete(pods, uid)
-			} else {
-				pods[uid] = entries
-			}
-		}
-		maps.Copy(registered, b.Registered)
-		for _, r := range b.Unregistered {
-			delete(registered, r)
+		at, err := applyBatch(pods, registered, payload, off)
+		if err != nil {
+			return nil, err
 		}
 		out.writtenAt = at
 	}
@@ -383,6 +349,51 @@ func decodeJournal(blob []byte) (*journalDecoded, error) {
 		return nil, &decodeError{reason: ReasonInvalidData, err: err}
 	}
 	return out, nil
+}
+
+// applyBatch decodes the batch frame at offset off and applies it to the
+// entries by pod UID and the registered devices; it returns when the frame
+// was written.
+func applyBatch(pods map[string][]Entry, registered map[string][]string, payload []byte, off int) (time.Time, error) {
+	d := &decoder{b: payload}
+	if k := d.byte(); k != kindBatch {
+		return time.Time{}, corrupt(ReasonUnknownFormat, "frame at offset %d is of kind %d, not a batch", off, k)
+	}
+	at := time.Unix(0, d.varint()).UTC()
+	b := Batch{Pods: make(map[string][]Entry), Registered: make(map[string][]string)}
+	for range d.count() {
+		uid := d.str()
+		n := d.count()
+		entries := make([]Entry, 0, n)
+		for range n {
+			entries = append(entries, d.entry())
+		}
+		b.Pods[uid] = entries
+	}
+	d.registered(b.Registered)
+	for range d.count() {
+		b.Unregistered = append(b.Unregistered, d.str())
+	}
+	if err := frameEnd(d); err != nil {
+		return time.Time{}, corrupt(ReasonUnknownFormat, "frame at offset %d: %w", off, err)
+	}
+	// What the writer refuses to append (Append validates), the reader refuses to apply:
+	// e.g. entries filed under another pod's UID would survive a compaction in another order.
+	if err := b.validate(); err != nil {
+		return time.Time{}, &decodeError{reason: ReasonInvalidData, err: fmt.Errorf("frame at offset %d: %w", off, err)}
+	}
+	for uid, entries := range b.Pods {
+		if len(entries) == 0 {
+			delete(pods, uid)
+		} else {
+			pods[uid] = entries
+		}
+	}
+	maps.Copy(registered, b.Registered)
+	for _, r := range b.Unregistered {
+		delete(registered, r)
+	}
+	return at, nil
 }
 
 // frameEnd checks that a payload was decoded whole and without error.

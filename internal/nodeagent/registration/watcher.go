@@ -242,8 +242,13 @@ func (w *watcher) register(ctx context.Context, path string, entry *registryEntr
 		return
 	}
 	logger.V(2).Info("Device plugin validated")
+	w.connect(ctx, reg, path, entry, info.GetName(), endpoint)
+}
 
-	c, err := w.server.connect(ctx, info.GetName(), endpoint)
+// connect connects to the validated plugin of the socket at path and tells
+// it whether it is registered.
+func (w *watcher) connect(ctx context.Context, reg registerapi.RegistrationClient, path string, entry *registryEntry, resource, endpoint string) {
+	c, err := w.server.connect(ctx, resource, endpoint)
 	if err != nil {
 		w.notify(ctx, reg, fmt.Sprintf(errWatcherRegistrationFailed, err))
 		return

@@ -154,29 +154,7 @@ func GenerateDeviceHints(machineNodes []int, devices DeviceNodes, available, reu
 		numaNodes = machineNodes
 	}
 	minAffinitySize := len(numaNodes)
-
-	// Devices attached to the same nodes behave alike: count them per
-	// distinct mask, so each candidate mask costs O(distinct masks), not
-	// O(devices).
-	allMasks := make([]BitMask, 0, len(devices))
-	for _, nodes := range devices {
-		allMasks = append(allMasks, maskOf(nodes))
-	}
-	all := countByMask(allMasks)
-	availableMasks := make([]BitMask, 0, available.Len())
-	for id := range available {
-		availableMasks = append(availableMasks, maskOf(devices[id]))
-	}
-	availableCounts := countByMask(availableMasks)
-	// Reusable devices without topology neither constrain the mask nor count
-	// towards the request. One whose nodes all lie outside 0..63 has a zero
-	// mask and so, as in the kubelet, rejects every mask.
-	var reusableMasks []BitMask
-	for id := range reusable {
-		if len(devices[id]) > 0 {
-			reusableMasks = append(reusableMasks, maskOf(devices[id]))
-		}
-	}
+	all, availableCounts, reusableMasks := deviceMasks(devices, available, reusable)
 
 	hints := []Hint{}
 	IterateBitMasks(numaNodes, func(mask BitMask) {
@@ -212,6 +190,30 @@ func GenerateDeviceHints(machineNodes []int, devices DeviceNodes, available, reu
 		hints[i].Preferred = hints[i].NUMANodeAffinity.Count() == minAffinitySize
 	}
 	return hints
+}
+
+// deviceMasks counts the devices (all of them, and the available ones) by
+// their NUMA mask: devices attached to the same nodes behave alike, so each
+// candidate mask costs O(distinct masks), not O(devices). It returns the
+// masks of the reusable devices with topology too: those without neither
+// constrain the mask nor count towards the request. One whose nodes all lie
+// outside 0..63 has a zero mask and so, as in the kubelet, rejects every
+// mask.
+func deviceMasks(devices DeviceNodes, available, reusable sets.Set[string]) (all, availableCounts []maskCount, reusableMasks []BitMask) {
+	allMasks := make([]BitMask, 0, len(devices))
+	for _, nodes := range devices {
+		allMasks = append(allMasks, maskOf(nodes))
+	}
+	availableMasks := make([]BitMask, 0, available.Len())
+	for id := range available {
+		availableMasks = append(availableMasks, maskOf(devices[id]))
+	}
+	for id := range reusable {
+		if len(devices[id]) > 0 {
+			reusableMasks = append(reusableMasks, maskOf(devices[id]))
+		}
+	}
+	return countByMask(allMasks), countByMask(availableMasks), reusableMasks
 }
 
 // maskCount is the number of devices attached to exactly the nodes of mask.
