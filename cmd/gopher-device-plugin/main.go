@@ -16,8 +16,9 @@ limitations under the License.
 
 // Command gopher-device-plugin is kubedevice's sample device plugin: every
 // file in a directory is a device of the extended resource example.com/gopher.
-// It works unchanged with the kubelet and with kubedevice. It parses flags and
-// wires; the plugin is internal/gopher, built on pkg/deviceplugin.
+// It works unchanged with the kubelet and with kubedevice. It only wires (the
+// flags are gopher.Options.AddFlags'); the plugin is internal/gopher, built on
+// pkg/deviceplugin.
 package main
 
 import (
@@ -34,7 +35,6 @@ import (
 
 	"github.com/kubedevice/kubedevice/internal/gopher"
 	"github.com/kubedevice/kubedevice/internal/version"
-	"github.com/kubedevice/kubedevice/pkg/deviceplugin"
 )
 
 const usage = `Usage: gopher-device-plugin [flags]
@@ -65,33 +65,16 @@ func main() {
 
 func run() error {
 	var (
-		opts         gopher.Options
-		registration string
-		showVersion  bool
-		logConfig    = textlogger.NewConfig()
+		opts        gopher.Options
+		showVersion bool
+		logConfig   = textlogger.NewConfig()
 	)
 	fs := flag.NewFlagSet("gopher-device-plugin", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&opts.GophersDir, "gophers-dir", gopher.DefaultGophersDir,
-		"Directory of gopher files, one device each; created if missing.")
-	fs.StringVar(&opts.PluginDir, "plugin-dir", deviceplugin.DefaultSocketDir,
-		"The device manager's plugin directory: kubelet.sock is there, and so is the plugin's socket on the direct registration path. "+
-			"The kubelet's is the default; kubedevice's is /var/lib/kubedevice/device-plugins.")
-	fs.StringVar(&registration, "registration", string(deviceplugin.RegistrationDirect),
-		"How to register: \"direct\" calls Register on <plugin-dir>/kubelet.sock and registers again whenever the device manager restarts; "+
-			"\"watcher\" serves the plugin's socket in --plugins-registry-dir for the device manager's plugin watcher.")
-	fs.StringVar(&opts.PluginsRegistryDir, "plugins-registry-dir", deviceplugin.DefaultRegistryDir,
-		"The plugin watcher directory, used with --registration=watcher. "+
-			"The kubelet's is the default; kubedevice's is /var/lib/kubedevice/plugins_registry.")
-	fs.StringVar(&opts.ResourceName, "resource-name", gopher.DefaultResourceName,
-		"Extended resource name to advertise the gophers as.")
-	fs.StringVar(&opts.SocketName, "socket-name", gopher.DefaultSocketName,
-		"File name of the plugin's socket.")
-	fs.DurationVar(&opts.ResyncPeriod, "resync-period", gopher.DefaultResyncPeriod,
-		"How often to rescan --gophers-dir besides reacting to its changes.")
+	opts.AddFlags(fs)
 	fs.BoolVar(&showVersion, "version", false, "Print the version (kubedevice's release and git commit) and exit.")
 	logConfig.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -107,7 +90,6 @@ func run() error {
 		_, err := fmt.Println("gopher-device-plugin", version.Get())
 		return err
 	}
-	opts.Registration = deviceplugin.RegistrationMode(registration)
 
 	plugin, err := gopher.New(opts)
 	if err != nil {

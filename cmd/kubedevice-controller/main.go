@@ -16,8 +16,8 @@ limitations under the License.
 
 // Command kubedevice-controller is the kubedevice cluster controller: it publishes the devices the
 // node agents report in NodeDevices as Node capacity, tracks the agents' Leases, and keeps
-// NodeDevices and DeviceAllocations honest. It parses flags and wires; the work is in
-// internal/controller.
+// NodeDevices and DeviceAllocations honest. It only wires: the controllers' flags are registered by
+// controller.Options.AddFlags, the manager's here; the work is in internal/controller.
 package main
 
 import (
@@ -51,95 +51,43 @@ func main() {
 	}
 }
 
-func run() error {
-	agentNamespace := os.Getenv("POD_NAMESPACE")
-	if agentNamespace == "" {
-		agentNamespace = controller.DefaultAgentNamespace
-	}
+// settings are what the command line says.
+type settings struct {
+	opts          controller.Options
+	metrics       metricsserving.Flags
+	probeAddr     string
+	leaderElect   bool
+	leaderElectNS string
+	kubeAPIQPS    float64
+	kubeAPIBurst  int
+	zap           zap.Options
+	showVersion   bool
+}
 
-	// --kubeconfig is registered on flag.CommandLine by controller-runtime's config package.
-	var (
-		metricsAddr   string
-		metricsSecure bool
-		probeAddr     string
-		leaderElect   bool
-		leaderElectNS string
-		kubeAPIQPS    float64
-		kubeAPIBurst  int
-		opts          controller.Options
-		showVersion   bool
-		zapOpts       = zap.Options{}
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
-		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
-	flag.BoolVar(&metricsSecure, "metrics-secure", true,
-		"Serve /metrics over HTTPS to authenticated and authorized clients only (a TokenReview and a SubjectAccessReview per scrape: get on the non-resource URL /metrics, which the ClusterRole kubedevice-metrics-reader grants); false serves plain HTTP to anyone who reaches the address.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
-		"Address the health probes (/healthz, /readyz) bind to; \"0\" disables them.")
-	flag.BoolVar(&leaderElect, "leader-elect", false,
-		"Elect a leader among controller replicas (Lease "+controller.LeaderElectionID+"), so only one reconciles.")
-	flag.StringVar(&leaderElectNS, "leader-election-namespace", os.Getenv("POD_NAMESPACE"),
-		"Namespace of the leader election Lease; defaults to $POD_NAMESPACE, else the namespace the controller runs in.")
-	flag.StringVar(&opts.AgentNamespace, "agent-namespace", agentNamespace,
-		"Namespace of the node agents' Leases (kubedevice-agent-<node>); defaults to $POD_NAMESPACE, else "+controller.DefaultAgentNamespace+".")
-	flag.DurationVar(&opts.AgentLeaseDuration, "agent-lease-duration", controller.DefaultAgentLeaseDuration,
-		"How long after its last renewal a node agent's Lease stays valid; after that the node's NodeDevices get AgentReady=False and its kubedevice resources are published as 0.")
-	flag.Float64Var(&kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS,
-		"Requests per second the controller sends to the API server, sustained. Reads come from its cache; the writes of a first install "+
-			"(two per NodeDevice and one per Node) go at this rate, about 15 000 at 5 000 nodes: raise it with the API server's capacity "+
-			"(75-200 on a large control plane) to publish a new cluster faster.")
-	flag.IntVar(&kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst,
-		"Requests the controller may send to the API server in a burst above --kube-api-qps.")
-	flag.IntVar(&opts.Workers, "workers", controller.DefaultWorkers,
-		"How many objects each reconciler (node capacity, NodeDevice, DeviceAllocation) works on at once; with one, writes go one API round trip after another whatever --kube-api-qps allows.")
-	flag.BoolVar(&showVersion, "version", false,
-		"Print the version (the release and the git commit it was built from) and exit.")
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
-	if flag.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", flag.Args())
+func run() error {
+	s, err := parseFlags()
+	if err != nil {
+		return err
 	}
 	info := version.Get()
-	if showVersion {
+	if s.showVersion {
 		_, err := fmt.Println("kubedevice-controller", info)
 		return err
 	}
-	if kubeAPIQPS <= 0 || kubeAPIBurst <= 0 {
-		return fmt.Errorf("--kube-api-qps (%g) and --kube-api-burst (%d) must be positive", kubeAPIQPS, kubeAPIBurst)
-	}
 	// client-go and leader election log through klog: the same logger, so every line has one format.
-	logger := zap.New(zap.UseFlagOptions(&zapOpts))
+	logger := zap.New(zap.UseFlagOptions(&s.zap))
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 
-	scheme, err := contract.NewScheme()
+	mgr, err := newManager(s)
 	if err != nil {
 		return err
-	}
-
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	cfg.QPS, cfg.Burst = float32(kubeAPIQPS), kubeAPIBurst
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserving.Options(metricsAddr, metricsSecure),
-		HealthProbeBindAddress:        probeAddr,
-		LeaderElection:                leaderElect,
-		LeaderElectionID:              controller.LeaderElectionID,
-		LeaderElectionNamespace:       leaderElectNS,
-		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controller.CacheOptions(opts),
-	})
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
 	if err := indexer.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("setting up the field indexes: %w", err)
 	}
-	if err := controller.Setup(mgr, opts); err != nil {
+	if err := controller.Setup(mgr, s.opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -151,10 +99,68 @@ func run() error {
 
 	metrics.Registry.MustRegister(version.NewCollector())
 	ctrl.Log.WithName("setup").Info("Starting the manager", "version", info.Version, "commit", info.Commit,
-		"agentNamespace", opts.AgentNamespace, "agentLeaseDuration", opts.AgentLeaseDuration, "leaderElect", leaderElect,
-		"kubeAPIQPS", kubeAPIQPS, "kubeAPIBurst", kubeAPIBurst, "workers", opts.Workers)
+		"agentNamespace", s.opts.AgentNamespace, "agentLeaseDuration", s.opts.AgentLeaseDuration, "leaderElect", s.leaderElect,
+		"kubeAPIQPS", s.kubeAPIQPS, "kubeAPIBurst", s.kubeAPIBurst, "workers", s.opts.Workers)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// parseFlags parses the command line into settings: the controllers' flags are registered by
+// controller.Options.AddFlags, the manager's here.
+func parseFlags() (*settings, error) {
+	s := &settings{}
+	fs := flag.CommandLine // --kubeconfig is registered on it by controller-runtime's config package.
+	s.opts.AddFlags(fs)
+	s.metrics.AddFlags(fs)
+	fs.StringVar(&s.probeAddr, "health-probe-bind-address", ":8081",
+		"Address the health probes (/healthz, /readyz) bind to; \"0\" disables them.")
+	fs.BoolVar(&s.leaderElect, "leader-elect", false,
+		"Elect a leader among controller replicas (Lease "+controller.LeaderElectionID+"), so only one reconciles.")
+	fs.StringVar(&s.leaderElectNS, "leader-election-namespace", os.Getenv("POD_NAMESPACE"),
+		"Namespace of the leader election Lease; defaults to $POD_NAMESPACE, else the namespace the controller runs in.")
+	fs.Float64Var(&s.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS,
+		"Requests per second the controller sends to the API server, sustained. Reads come from its cache; the writes of a first install "+
+			"(two per NodeDevice and one per Node) go at this rate, about 15 000 at 5 000 nodes: raise it with the API server's capacity "+
+			"(75-200 on a large control plane) to publish a new cluster faster.")
+	fs.IntVar(&s.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst,
+		"Requests the controller may send to the API server in a burst above --kube-api-qps.")
+	version.AddFlag(fs, &s.showVersion)
+	s.zap.BindFlags(fs)
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if !s.showVersion && (s.kubeAPIQPS <= 0 || s.kubeAPIBurst <= 0) {
+		return nil, fmt.Errorf("--kube-api-qps (%g) and --kube-api-burst (%d) must be positive", s.kubeAPIQPS, s.kubeAPIBurst)
+	}
+	return s, nil
+}
+
+// newManager returns the controllers' manager, with its client's rate limits and leader election.
+func newManager(s *settings) (ctrl.Manager, error) {
+	scheme, err := contract.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(s.kubeAPIQPS), s.kubeAPIBurst
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserving.Options(s.metrics.BindAddress, s.metrics.Secure),
+		HealthProbeBindAddress:        s.probeAddr,
+		LeaderElection:                s.leaderElect,
+		LeaderElectionID:              controller.LeaderElectionID,
+		LeaderElectionNamespace:       s.leaderElectNS,
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         controller.CacheOptions(s.opts),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	return mgr, nil
 }

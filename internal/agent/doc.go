@@ -50,7 +50,8 @@ limitations under the License.
 // The agent renews the Lease kubedevice-agent-<node> in its namespace every 10 s: its only
 // periodic write. The controller judges the agent alive from it.
 //
-// This package owns start-up, the Lease, Options and the wiring. It allocates nothing and writes
+// This package owns start-up, the Lease, Options and the wiring, the command line's included:
+// Options.AddFlags registers the agent's flags and, through each flow's Options, the flows'. It allocates nothing and writes
 // no NodeDevice or DeviceAllocation itself: the flows do.
 //
 // The RBAC markers below are the agent's whole permission set; `make manifests` turns them into

@@ -17,8 +17,11 @@ limitations under the License.
 package agent
 
 import (
+	"cmp"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -163,6 +166,10 @@ type Options struct {
 	DRAResources dra.Resources
 	// DRA configures the DRA flow (its directories; the rest Setup fills in).
 	DRA dra.Options
+
+	// draResourcesFlag holds the values of --dra-resources, which ParseFlags parses into
+	// DRAResources.
+	draResourcesFlag []string
 }
 
 var (
@@ -255,33 +262,86 @@ func CacheOptions(node string) cache.Options {
 	}
 }
 
-var errPodResourcesSocket = errors.New("want an absolute path outside the plugin directory and the plugins registry directory, whose sockets the agent treats as device plugins'")
+var (
+	errPodResourcesSocket = errors.New("want an absolute path outside the plugin directory and the plugins registry directory, whose sockets the agent treats as device plugins'")
+	// errDRA wraps Validate's errors about the DRA flow's settings (--dra-resources, its directories).
+	errDRA = errors.New("--dra-resources")
+	// errStateDir is Validate's error for a state directory that is relative or the plugin directory.
+	errStateDir = errors.New("want an absolute directory other than the plugin directory, which every device plugin mounts read-write")
+	// errNoNodeNameFlag is ParseFlags' ErrNoNodeName.
+	errNoNodeNameFlag = errors.New("--node-name is required when $NODE_NAME is not set")
+)
 
-// ErrDRA wraps Validate's errors about the DRA flow's settings (--dra-resources, its directories).
-var ErrDRA = errors.New("--dra-resources")
+// AddFlags registers on fs the agent's flags and those of its flows (observe mode, NRI, the
+// PodResources API, DRA), bound to o; the node name and the namespace default to $NODE_NAME and
+// $POD_NAMESPACE. Once fs is parsed, ParseFlags completes o.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"),
+		"Name of the node the agent runs on (required); defaults to $NODE_NAME, set from the pod's spec.nodeName by the DaemonSet.")
+	fs.StringVar(&o.Namespace, "namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), DefaultNamespace),
+		"Namespace of the agent's Lease (kubedevice-agent-<node>); defaults to $POD_NAMESPACE, else "+DefaultNamespace+".")
+	fs.StringVar((*string)(&o.Mode), "mode", string(ModeManage),
+		"What the agent does: "+string(ModeManage)+", "+string(ModeObserve)+". manage: it is the device manager of the plugins that register with it. observe: the kubelet manages its own device plugins; the agent registers, allocates and injects nothing and mirrors, read-only, the kubelet's PodResources API and device manager checkpoint into NodeDevices (status.path Observed) and DeviceAllocations. The flags of manage mode are ignored in observe mode.")
+	fs.StringVar((*string)(&o.RuntimeInjection), "runtime-injection", string(RuntimeInjectionNRI),
+		"How containers get their devices at creation: "+string(RuntimeInjectionNRI)+", "+string(RuntimeInjectionNone)+". nri: the agent is an NRI plugin of the container runtime (containerd 2.x, CRI-O) and adds each container's envs, mounts, device nodes and CDI devices; while the NRI socket is missing or the connection is down it logs it, sets RuntimeInjectionReady=False on the node's NodeDevices and reconnects. none: no container is adjusted.")
+	fs.Func("dra-resources",
+		"Resources served through DRA, the agent being their DRA driver kubedevice.io (ResourceSlices, prepare through the kubelet, CDI): exact names, domain/* or *, comma-separated, repeatable. A resource is served by one path: these get no node capacity and are never allocated to pods through the device plugin path.",
+		func(v string) error { o.draResourcesFlag = append(o.draResourcesFlag, v); return nil })
+	o.Observe.AddFlags(fs)
+	o.NRI.AddFlags(fs)
+	o.PodResources.AddFlags(fs)
+	o.DRA.AddFlags(fs)
+}
 
-// ErrStateDir is Validate's error for a state directory that is relative or the plugin directory.
-var ErrStateDir = errors.New("want an absolute directory other than the plugin directory, which every device plugin mounts read-write")
+// ParseFlags completes o and the core's configuration from the parsed flags that AddFlags and
+// core.AddFlags registered, and validates them (Validate). An error names the first invalid flag.
+// core.ServedByDRA is set from --dra-resources.
+func (o *Options) ParseFlags(core *nodeagent.Flags) error {
+	var err error
+	if o.Mode, err = ParseMode(string(o.Mode)); err != nil {
+		return fmt.Errorf("--mode: %w", err)
+	}
+	if err := o.Observe.ParseFlags(); err != nil {
+		return err
+	}
+	if err := core.ParseFlags(); err != nil {
+		return err
+	}
+	if o.RuntimeInjection, err = ParseRuntimeInjection(string(o.RuntimeInjection)); err != nil {
+		return fmt.Errorf("--runtime-injection: %w", err)
+	}
+	if o.DRAResources, err = dra.ParseResources(o.draResourcesFlag); err != nil {
+		return fmt.Errorf("--dra-resources: %w", err)
+	}
+	if o.DRAResources.Any() {
+		core.ServedByDRA = o.DRAResources.Match
+	}
+	if err = o.Validate(core.Config); errors.Is(err, ErrNoNodeName) {
+		return errNoNodeNameFlag
+	}
+	return err
+}
 
 // Validate checks opts against the core's configuration cfg before anything starts: the node
 // name is set, the state directory (when set) is an absolute path that is not the plugin
 // directory, and the PodResources socket (when served) is an absolute path outside the
-// directories whose sockets the core treats as device plugins'. Setup checks the rest.
+// directories whose sockets the core treats as device plugins'. Setup checks the rest. An error
+// but ErrNoNodeName names the flag of the setting.
 func (o Options) Validate(cfg nodeagent.Config) error {
 	if o.NodeName == "" {
 		return ErrNoNodeName
 	}
 	if d := cfg.StateDir; d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) == filepath.Clean(cfg.PluginDir)) {
-		return fmt.Errorf("%q: %w", d, ErrStateDir)
+		return fmt.Errorf("--state-dir=%q: %w", d, errStateDir)
 	}
 	if o.DRAResources.Any() {
 		if cfg.ServedByDRA == nil {
-			return fmt.Errorf("%w: resources are configured but the core does not know them (Config.ServedByDRA)", ErrDRA)
+			return fmt.Errorf("%w: resources are configured but the core does not know them (Config.ServedByDRA)", errDRA)
 		}
 		d := o.DRA
 		d.NodeName = o.NodeName
 		if err := d.Validate(); err != nil {
-			return fmt.Errorf("%w: %w", ErrDRA, err)
+			return fmt.Errorf("%w: %w", errDRA, err)
 		}
 	}
 	s := o.PodResources.SocketPath
@@ -291,7 +351,7 @@ func (o Options) Validate(cfg nodeagent.Config) error {
 	dir := filepath.Clean(filepath.Dir(s))
 	if !filepath.IsAbs(s) || dir == filepath.Clean(cfg.PluginDir) ||
 		(cfg.PluginsRegistryDir != "" && dir == filepath.Clean(cfg.PluginsRegistryDir)) {
-		return fmt.Errorf("%q: %w", s, errPodResourcesSocket)
+		return fmt.Errorf("--pod-resources-socket=%q: %w", s, errPodResourcesSocket)
 	}
 	return nil
 }

@@ -18,9 +18,16 @@ package agent
 
 import (
 	"errors"
+	"flag"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kubedevice/kubedevice/internal/agent/dra"
+	"github.com/kubedevice/kubedevice/internal/agent/injection/nri"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/topology"
 )
 
 func TestParseRuntimeInjection(t *testing.T) {
@@ -68,5 +75,77 @@ func TestValidate(t *testing.T) {
 		if err := opts("").Validate(c); (err == nil) != ok {
 			t.Errorf("state dir %q: err %v, want ok %v", dir, err, ok)
 		}
+	}
+}
+
+// parseFlags parses args as the agent's command line does: the flags of the agent, its flows and
+// the core, completed by ParseFlags.
+func parseFlags(t *testing.T, args ...string) (Options, nodeagent.Config, error) {
+	t.Helper()
+	var o Options
+	core := nodeagent.Flags{Config: nodeagent.DefaultConfig()}
+	fs := flag.NewFlagSet("kubedevice-agent", flag.ContinueOnError)
+	o.AddFlags(fs)
+	core.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parsing %q: %v", args, err)
+	}
+	err := o.ParseFlags(&core)
+	return o, core.Config, err
+}
+
+// Every flow's flags land in its options, with their defaults, and the values that need parsing
+// are parsed.
+func TestParseFlags(t *testing.T) {
+	t.Setenv("NODE_NAME", "n1")
+	t.Setenv("POD_NAMESPACE", "")
+	o, cfg, err := parseFlags(t, "--mode=observe", "--observe-resources=example.com/a, example.com/b,",
+		"--topology-policy=restricted", "--topology-policy-options=max-allowable-numa-nodes=16", "--state-dir=/state",
+		"--dra-resources=example.com/*", "--runtime-injection=none", "--kubelet-checkpoint=/cp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{
+		"node": o.NodeName, "namespace": o.Namespace, "mode": o.Mode, "injection": o.RuntimeInjection,
+		"observed": o.Observe.Resources, "checkpoint": o.Observe.CheckpointPath, "nriSocket": o.NRI.SocketPath,
+		"cdiDir": o.DRA.CDIDir, "dra": o.DRAResources.String(), "servedByDRA": cfg.ServedByDRA != nil && cfg.ServedByDRA("example.com/x"),
+		"policy": cfg.TopologyPolicy, "scope": cfg.TopologyScope, "maxNUMA": cfg.TopologyPolicyOptions.MaxNUMANodes(), "stateDir": cfg.StateDir,
+	}
+	want := map[string]any{
+		"node": "n1", "namespace": DefaultNamespace, "mode": ModeObserve, "injection": RuntimeInjectionNone,
+		"observed": []string{"example.com/a", "example.com/b"}, "checkpoint": "/cp", "nriSocket": nri.DefaultSocketPath,
+		"cdiDir": dra.DefaultCDIDir, "dra": "example.com/*", "servedByDRA": true,
+		"policy": topology.PolicyRestricted, "scope": topology.ScopeContainer, "maxNUMA": 16, "stateDir": "/state",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("options (-want +got):\n%s", diff)
+	}
+}
+
+// An invalid flag's error names it.
+func TestParseFlagsErrors(t *testing.T) {
+	t.Setenv("NODE_NAME", "n1")
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"mode":             {[]string{"--mode=watch"}, `--mode: unknown mode "watch"`},
+		"observed":         {[]string{"--observe-resources=kubernetes.io/gpu"}, `--observe-resources: "kubernetes.io/gpu" is not`},
+		"topology scope":   {[]string{"--topology-scope=node"}, `--topology-scope: parsing topology scope "node"`},
+		"policy options":   {[]string{"--topology-policy-options=x=y"}, "--topology-policy-options: "},
+		"allocate policy":  {[]string{"--allocate-policy=/nonexistent"}, "--allocate-policy: "},
+		"injection":        {[]string{"--runtime-injection=cri"}, `--runtime-injection: unknown runtime injection "cri"`},
+		"dra resources":    {[]string{"--dra-resources=a b"}, `--dra-resources: DRA resource pattern "a b"`},
+		"dra directory":    {[]string{"--dra-resources=*", "--cdi-dir=cdi"}, `--dra-resources: DRA options: the CDI directory must be an absolute path, got "cdi"`},
+		"node name":        {[]string{"--node-name="}, "--node-name is required when $NODE_NAME is not set"},
+		"state dir":        {[]string{"--state-dir=state"}, `--state-dir="state": want an absolute directory`},
+		"socket":           {[]string{"--pod-resources-socket=pr.sock"}, `--pod-resources-socket="pr.sock": want an absolute path`},
+		"first error wins": {[]string{"--mode=watch", "--topology-policy=x", "--node-name="}, "--mode: "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, _, err := parseFlags(t, tc.args...); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("%q: error %v, want one starting %q", tc.args, err, tc.want)
+			}
+		})
 	}
 }

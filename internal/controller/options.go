@@ -17,8 +17,11 @@ limitations under the License.
 package controller
 
 import (
+	"cmp"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -83,6 +86,17 @@ type Options struct {
 
 	// Workers is how many objects each reconciler works on at once; zero means DefaultWorkers.
 	Workers int
+}
+
+// AddFlags registers the controllers' flags on fs, bound to o; the agent namespace defaults to
+// $POD_NAMESPACE.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.AgentNamespace, "agent-namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), DefaultAgentNamespace),
+		"Namespace of the node agents' Leases (kubedevice-agent-<node>); defaults to $POD_NAMESPACE, else "+DefaultAgentNamespace+".")
+	fs.DurationVar(&o.AgentLeaseDuration, "agent-lease-duration", DefaultAgentLeaseDuration,
+		"How long after its last renewal a node agent's Lease stays valid; after that the node's NodeDevices get AgentReady=False and its kubedevice resources are published as 0.")
+	fs.IntVar(&o.Workers, "workers", DefaultWorkers,
+		"How many objects each reconciler (node capacity, NodeDevice, DeviceAllocation) works on at once; with one, writes go one API round trip after another whatever --kube-api-qps allows.")
 }
 
 var (

@@ -19,6 +19,7 @@ package gopher
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,6 +68,27 @@ type Options struct {
 	// ResyncPeriod is how often the directory is rescanned besides the
 	// events; defaults to 30 s.
 	ResyncPeriod time.Duration
+}
+
+// AddFlags registers the plugin's flags on fs, bound to o; New checks them.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.GophersDir, "gophers-dir", DefaultGophersDir,
+		"Directory of gopher files, one device each; created if missing.")
+	fs.StringVar(&o.PluginDir, "plugin-dir", deviceplugin.DefaultSocketDir,
+		"The device manager's plugin directory: kubelet.sock is there, and so is the plugin's socket on the direct registration path. "+
+			"The kubelet's is the default; kubedevice's is /var/lib/kubedevice/device-plugins.")
+	fs.StringVar((*string)(&o.Registration), "registration", string(deviceplugin.RegistrationDirect),
+		"How to register: \"direct\" calls Register on <plugin-dir>/kubelet.sock and registers again whenever the device manager restarts; "+
+			"\"watcher\" serves the plugin's socket in --plugins-registry-dir for the device manager's plugin watcher.")
+	fs.StringVar(&o.PluginsRegistryDir, "plugins-registry-dir", deviceplugin.DefaultRegistryDir,
+		"The plugin watcher directory, used with --registration=watcher. "+
+			"The kubelet's is the default; kubedevice's is /var/lib/kubedevice/plugins_registry.")
+	fs.StringVar(&o.ResourceName, "resource-name", DefaultResourceName,
+		"Extended resource name to advertise the gophers as.")
+	fs.StringVar(&o.SocketName, "socket-name", DefaultSocketName,
+		"File name of the plugin's socket.")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", DefaultResyncPeriod,
+		"How often to rescan --gophers-dir besides reacting to its changes.")
 }
 
 // Plugin is the gopher device plugin.

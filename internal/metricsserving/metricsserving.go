@@ -24,9 +24,25 @@ limitations under the License.
 package metricsserving
 
 import (
+	"flag"
+
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
+
+// Flags are the agent's and the controller's metrics flags, the arguments of Options.
+type Flags struct {
+	BindAddress string
+	Secure      bool
+}
+
+// AddFlags registers --metrics-bind-address and --metrics-secure on fs, bound to f.
+func (f *Flags) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&f.BindAddress, "metrics-bind-address", ":8080",
+		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
+	fs.BoolVar(&f.Secure, "metrics-secure", true,
+		"Serve /metrics over HTTPS to authenticated and authorized clients only (a TokenReview and a SubjectAccessReview per scrape: get on the non-resource URL /metrics, which the ClusterRole kubedevice-metrics-reader grants); false serves plain HTTP to anyone who reaches the address.")
+}
 
 // Options serves the metrics at addr, securely when secure.
 func Options(addr string, secure bool) metricsserver.Options {

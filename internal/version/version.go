@@ -17,6 +17,7 @@ limitations under the License.
 package version
 
 import (
+	"flag"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -52,6 +53,11 @@ type Info struct {
 func Get() Info {
 	bi, _ := debug.ReadBuildInfo()
 	return resolve(version, commit, bi)
+}
+
+// AddFlag registers --version on fs, bound to show: the binary prints its version and exits.
+func AddFlag(fs *flag.FlagSet, show *bool) {
+	fs.BoolVar(show, "version", false, "Print the version (the release and the git commit it was built from) and exit.")
 }
 
 // String is one line: "0.2.0 (commit 1a2b3c4d5e6f, go1.26.8, linux/amd64)".

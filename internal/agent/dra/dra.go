@@ -19,6 +19,7 @@ package dra
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -92,6 +93,16 @@ func (o Options) Validate() error {
 		return fmt.Errorf("DRA options: %w", err)
 	}
 	return nil
+}
+
+// AddFlags registers the DRA flow's directories on fs, bound to o.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.KubeletPluginsDir, "kubelet-plugins-dir", DefaultKubeletPluginsDir,
+		"The kubelet's DRA plugins directory; the DRA socket is <dir>/kubedevice.io/dra.sock (with --dra-resources).")
+	fs.StringVar(&o.KubeletRegistryDir, "kubelet-registry-dir", DefaultKubeletRegistryDir,
+		"The kubelet's plugin watcher directory, where the DRA driver registers (with --dra-resources).")
+	fs.StringVar(&o.CDIDir, "cdi-dir", DefaultCDIDir,
+		"The container runtime's CDI spec directory, where a spec per prepared claim is written (with --dra-resources).")
 }
 
 // Setup adds the DRA flow to mgr: the ResourceSlice controller, started with the manager, and

@@ -17,14 +17,17 @@ limitations under the License.
 package observe
 
 import (
+	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/nodeagent/registration"
 )
 
 // Options are the observe flow's settings and dependencies.
@@ -46,6 +49,35 @@ type Options struct {
 	Gate *kube.Gate
 	// Clock drives the readings and the conditions; nil means the real clock.
 	Clock clock.WithTicker
+
+	// resourcesFlag is the value of --observe-resources, which ParseFlags parses into Resources.
+	resourcesFlag string
+}
+
+// AddFlags registers observe mode's flags on fs, bound to o. Once fs is parsed, ParseFlags
+// completes o.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.resourcesFlag, "observe-resources", "",
+		"Observe mode: comma-separated resources to observe (e.g. nvidia.com/gpu,example.com/gopher); empty observes every device plugin resource the kubelet knows.")
+	fs.StringVar(&o.PodResourcesSocket, "kubelet-pod-resources-socket", DefaultPodResourcesSocket,
+		"Observe mode: the kubelet's PodResources API socket.")
+	fs.StringVar(&o.CheckpointPath, "kubelet-checkpoint", DefaultCheckpointPath,
+		"Observe mode: the kubelet's device manager checkpoint, read for the resources the kubelet knows and the devices it knew healthy, and the plugins' Allocate responses.")
+}
+
+// ParseFlags adds the resources of --observe-resources, each an extended resource name, to
+// Resources.
+func (o *Options) ParseFlags() error {
+	for _, r := range strings.Split(o.resourcesFlag, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		if !registration.IsExtendedResourceName(r) {
+			return fmt.Errorf("--observe-resources: %q is not an extended resource name (domain/name, outside kubernetes.io)", r)
+		}
+		o.Resources = append(o.Resources, r)
+	}
+	return nil
 }
 
 // allow reports whether resource is observed.

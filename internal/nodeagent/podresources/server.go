@@ -19,6 +19,7 @@ package podresources
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"net"
@@ -95,6 +96,12 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Clock drives the rate limiter; nil means the real clock.
 	Clock clock.Clock
+}
+
+// AddFlags registers the server's flag on flagSet, bound to o.
+func (o *Options) AddFlags(flagSet *flag.FlagSet) {
+	flagSet.StringVar(&o.SocketPath, "pod-resources-socket", DefaultSocketPath,
+		"Unix socket on which the agent serves the kubelet's PodResources API (v1: List, Get, GetAllocatableResources) for the devices it manages, so node monitoring agents (dcgm-exporter, nfd-topology-updater) can map them to pods; the kubelet's own socket lists none of them. Its directory is created (0750) if missing. Empty disables it.")
 }
 
 // Server serves the kubelet's PodResources API (k8s.io/kubelet/pkg/apis/podresources/v1) for the

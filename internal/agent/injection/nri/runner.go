@@ -19,6 +19,7 @@ package nri
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	stdnet "net"
@@ -120,6 +121,16 @@ func (o Options) Complete() (Options, error) {
 		o.Clock = clock.RealClock{}
 	}
 	return o, nil
+}
+
+// AddFlags registers the NRI plugin's flags on flagSet, bound to o.
+func (o *Options) AddFlags(flagSet *flag.FlagSet) {
+	flagSet.StringVar(&o.SocketPath, "nri-socket", DefaultSocketPath,
+		"The container runtime's NRI socket (--runtime-injection=nri).")
+	flagSet.StringVar(&o.PluginIndex, "nri-plugin-index", DefaultPluginIndex,
+		"Two-digit index of the agent's NRI plugin, registered as <index>-"+PluginName+"; the runtime calls plugins in index order.")
+	flagSet.StringVar(&o.HostRoot, "nri-host-root", "",
+		"Where the host's device nodes are seen in the agent's container: a device's host path (e.g. /dev/foo) is stat'ed as <root>/dev/foo for its type and numbers. Empty when the agent sees the host's /dev (privileged, or /dev mounted at /dev).")
 }
 
 // Runner keeps the agent's NRI plugin connected to the runtime: it connects, serves

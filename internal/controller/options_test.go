@@ -1,0 +1,52 @@
+/*
+Copyright 2026 The kubedevice Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controller
+
+import (
+	"flag"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The controllers' flags land in Options, the agent namespace defaulting to $POD_NAMESPACE.
+func TestAddFlags(t *testing.T) {
+	for name, tc := range map[string]struct {
+		env  string
+		args []string
+		want Options
+	}{
+		"defaults": {"", nil, Options{AgentNamespace: DefaultAgentNamespace, AgentLeaseDuration: DefaultAgentLeaseDuration, Workers: DefaultWorkers}},
+		"env":      {"ns1", nil, Options{AgentNamespace: "ns1", AgentLeaseDuration: DefaultAgentLeaseDuration, Workers: DefaultWorkers}},
+		"flags": {"ns1", []string{"--agent-namespace=ns2", "--agent-lease-duration=1m", "--workers=8"},
+			Options{AgentNamespace: "ns2", AgentLeaseDuration: time.Minute, Workers: 8}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("POD_NAMESPACE", tc.env)
+			var got Options
+			fs := flag.NewFlagSet("kubedevice-controller", flag.ContinueOnError)
+			got.AddFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
