@@ -41,7 +41,7 @@ func (f *Flags) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.BindAddress, "metrics-bind-address", ":8080",
 		"Address the Prometheus metrics endpoint (/metrics) binds to; \"0\" disables it.")
 	fs.BoolVar(&f.Secure, "metrics-secure", true,
-		"Serve /metrics over HTTPS to authenticated and authorized clients only (a TokenReview and a SubjectAccessReview per scrape: get on the non-resource URL /metrics, which the ClusterRole kubedevice-metrics-reader grants); false serves plain HTTP to anyone who reaches the address.")
+		"Serve /metrics over HTTPS to authenticated and authorized clients only (controller-runtime's filter: the token checked with a TokenReview and the user with a SubjectAccessReview, both cached, for get on the non-resource URL /metrics, which the ClusterRole kubedevice-metrics-reader grants); false serves plain HTTP to anyone who reaches the address.")
 }
 
 // Options serves the metrics at addr, securely when secure.

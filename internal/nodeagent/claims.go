@@ -45,7 +45,7 @@ import (
 // exactly that request's devices, as a container's. The
 // checkpoint format is unchanged, so an older agent reads such a file; it
 // takes the claim for a pod that no longer exists and frees its devices at
-// its first garbage collection (see docs/design.md, "DRA").
+// its first garbage collection (see docs/dra.md, "How it works").
 const (
 	// ClaimKeyPrefix starts the store key of a ResourceClaim.
 	ClaimKeyPrefix = "claim:"

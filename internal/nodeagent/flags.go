@@ -55,7 +55,7 @@ func (f *Flags) AddFlags(fs *flag.FlagSet) {
 		"Topology manager policy options as the kubelet's --topology-manager-policy-options, key=value[,key=value...], repeatable: "+topology.OptionPreferClosestNUMANodes+"=true (best-effort and restricted prefer the NUMA set with the shortest distances, read from sysfs) and "+topology.OptionMaxAllowableNUMANodes+"=N (a policy other than none refuses to start on more NUMA nodes; default and minimum 8).",
 		func(v string) error { f.policyOptions = append(f.policyOptions, v); return nil })
 	fs.StringVar(&f.allocatePolicy, "allocate-policy", "",
-		"YAML file of the administrator's policy on device plugins' Allocate responses, per resource: allowedHostPathPrefixes, forbiddenEnvNames, forbiddenAnnotationPrefixes (docs/design.md, \"Trust model\"). Empty: only their structure is checked.")
+		"YAML file of the administrator's policy on device plugins' Allocate responses, per resource: allowedHostPathPrefixes, forbiddenEnvNames, forbiddenAnnotationPrefixes (docs/decisions/0021-trust-model-for-device-plugins.md). Empty: only their structure is checked.")
 }
 
 // ParseFlags checks the topology policy and scope, and parses the topology policy options and

@@ -31,7 +31,7 @@ import (
 )
 
 // The benchmarks of the allocation path against the targets of issue 15
-// (see docs/design.md, "Performance"): a cycle is AllocatePod of a pod with
+// (see docs/performance.md, "Allocation path, measured"): a cycle is AllocatePod of a pod with
 // one container asking for one device (reserve, Allocate RPC to a no-op
 // plugin over a real unix socket, commit, durable checkpoint write) and
 // freeing it (UpdateAllocatedDevices, durable checkpoint write).
