@@ -27,6 +27,14 @@ var allocationFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Pod device allocations the device manager refused, by reason (InsufficientDevices, PluginUnavailable, AllocateFailed, TopologyAffinityError).",
 }, []string{"reason"})
 
+// refusedPods is the number of the node's pods whose DeviceAllocation says a refusal now: the pods
+// the refusal pacer knows, from their first refusal written until they are allocated, end or go.
+// Alerts read it as "pods have waited for devices for N minutes".
+var refusedPods = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name: "kubedevice_agent_refused_pods",
+	Help: "Pods of the node whose DeviceAllocation says their devices were refused (Allocated=False) and that are still waiting for them.",
+})
+
 func init() {
-	metrics.Registry.MustRegister(allocationFailures)
+	metrics.Registry.MustRegister(allocationFailures, refusedPods)
 }
