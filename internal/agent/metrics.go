@@ -38,5 +38,8 @@ var runtimeInjectionMode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 }, []string{"mode"})
 
 func init() {
+	// Both results exist from the start (0).
+	checkpointRebuilds.WithLabelValues("Rebuilt")
+	checkpointRebuilds.WithLabelValues("Partial")
 	metrics.Registry.MustRegister(checkpointRebuilds, runtimeInjectionMode)
 }

@@ -19,6 +19,8 @@ package allocation
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
 // allocationFailures counts refused pod allocations, by DeviceAllocation condition reason.
@@ -36,5 +38,11 @@ var refusedPods = prometheus.NewGauge(prometheus.GaugeOpts{
 })
 
 func init() {
+	// Every reason's series exists from the start (0), so a dashboard or an alert sees the first
+	// refusal as an increase.
+	for _, reason := range []nodeagent.AllocationReason{nodeagent.AllocationInsufficientDevices, nodeagent.AllocationPluginUnavailable,
+		nodeagent.AllocationAllocateFailed, nodeagent.AllocationTopologyAffinityError} {
+		allocationFailures.WithLabelValues(string(reason))
+	}
 	metrics.Registry.MustRegister(allocationFailures, refusedPods)
 }
