@@ -64,7 +64,7 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 	if opts.Mode == ModeObserve {
 		return setupObserve(mgr, gate, opts)
 	}
-	runtimeInjectionMode.WithLabelValues(string(opts.RuntimeInjection)).Set(1)
+	exportRuntimeInjection(opts.RuntimeInjection)
 	recorder := mgr.GetEventRecorder(FieldOwner)
 
 	injectionOpts := injection.Options{NodeName: opts.NodeName, Core: dm, Gate: gate, Recorder: recorder}

@@ -43,3 +43,9 @@ func init() {
 	checkpointRebuilds.WithLabelValues("Partial")
 	metrics.Registry.MustRegister(checkpointRebuilds, runtimeInjectionMode)
 }
+
+// exportRuntimeInjection makes mode the one series of kubedevice_agent_runtime_injection.
+func exportRuntimeInjection(mode RuntimeInjection) {
+	runtimeInjectionMode.Reset()
+	runtimeInjectionMode.WithLabelValues(string(mode)).Set(1)
+}

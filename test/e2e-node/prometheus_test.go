@@ -225,7 +225,9 @@ func startPrometheus(ctx context.Context, ns string) string {
 	})
 	base := "http://" + addr
 	Eventually(ctx, func(g Gomega) {
-		resp, err := http.Get(base + "/-/ready") //nolint:noctx // bounded by Eventually's timeout
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/-/ready", nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		resp, err := http.DefaultClient.Do(req)
 		g.Expect(err).NotTo(HaveOccurred())
 		_ = resp.Body.Close()
 		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
