@@ -110,8 +110,10 @@ func describePrometheus() {
 			unhealthy := `kubedevice_agent_device_info{health="Unhealthy", device_id="` + gopherID + `"}`
 			var scraped time.Time
 			Eventually(ctx, func(g Gomega) {
-				// The first sample of the series (health is a label: it starts with the change).
-				v := promQuery(ctx, g, prom, `min_over_time(timestamp(`+unhealthy+`)[3m:1s])`)
+				// The first sample of the series since the file changed (health is a label: the
+				// series starts with the change).
+				window := fmt.Sprintf("[%ds:1s]", int(time.Since(marked).Seconds())+1)
+				v := promQuery(ctx, g, prom, `min_over_time(timestamp(`+unhealthy+`)`+window+`)`)
 				g.Expect(v).To(HaveLen(1))
 				scraped = time.UnixMilli(int64(float64(v[0].Value) * 1000))
 			}).WithTimeout(time.Minute).Should(Succeed())
