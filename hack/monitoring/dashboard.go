@@ -41,7 +41,8 @@ const (
 // favour of dashboardv2): the JSON Grafana's dashboard sidecar provisions and every Grafana reads;
 // the v2 schema needs Grafana 12's v2 dashboard API.
 func kubedeviceDashboard() *dashboard.DashboardBuilder { //nolint:staticcheck // the classic schema on purpose, see above
-	return dashboard.NewDashboardBuilder("kubedevice").
+	d := dashboard.NewDashboardBuilder("kubedevice") //nolint:staticcheck // the classic schema on purpose, see above
+	return d.
 		Uid("kubedevice").
 		Description("Devices, their health and holders, allocations, device plugins, DRA and the agents of kubedevice's nodes.").
 		Tags([]string{"kubedevice", "devices"}).
