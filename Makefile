@@ -21,7 +21,7 @@ export GOFLAGS ?= -buildvcs=false
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 KUBE_VERSION ?= v1.37.1
-# The oldest Kubernetes the README supports: make test-compat runs the install tests and the API,
+# The oldest Kubernetes kubedevice supports (docs/install.md, "Compatibility"): make test-compat runs the install tests and the API,
 # controller and admission suites against its kube-apiserver. v1.36.3 is the newest 1.36 patch the
 # module proxy serves.
 KUBE_COMPAT_VERSION ?= v1.36.3
@@ -114,7 +114,7 @@ monitoring: ## Write the alerting rules and the Grafana dashboard (hack/monitori
 	go run ./hack/monitoring
 
 .PHONY: verify
-verify: manifests generate monitoring ## Regenerate everything and fail if the tree changed, a file is unformatted or lacks the license header.
+verify: manifests generate monitoring ## Regenerate everything and fail if the tree changed, a file is unformatted or lacks the license header, or a Markdown link is broken.
 	@if [ -n "$$(git status --porcelain -- api config charts/kubedevice/crds charts/kubedevice/files)" ]; then \
 		echo "Generated files are out of date; run 'make manifests generate monitoring' and commit:"; \
 		git status --porcelain -- api config charts/kubedevice/crds charts/kubedevice/files; \
@@ -122,6 +122,8 @@ verify: manifests generate monitoring ## Regenerate everything and fail if the t
 	@unformatted=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then \
 		echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	@hack/boilerplate.sh
+	@# Every relative link and #anchor of the repository's Markdown must resolve (external links are not checked).
+	@go run ./hack/mdlinks .
 
 ##@ Test
 
@@ -147,9 +149,9 @@ test-integration: envtest-assets helm kustomize ## Run the envtest suites in tes
 # test-compat: KUBEBUILDER_ASSETS points envtest at bin/k8s-1.36 for kube-apiserver and
 # TEST_ASSET_ETCD at bin/k8s's etcd (etcd v3.7 serves a 1.36 kube-apiserver as well). Every spec
 # of these suites passes on 1.36; one that comes to need a newer API server must check the server
-# for what it needs and skip saying why, and README's "Compatibility" must name it.
+# for what it needs and skip saying why, and docs/install.md's "Compatibility" must name it.
 .PHONY: test-compat
-test-compat: envtest-assets envtest-assets-compat helm kustomize ## Run test/install and the API, controller and admission envtest suites against kube-apiserver 1.36 (KUBE_COMPAT_VERSION), the oldest the README supports.
+test-compat: envtest-assets envtest-assets-compat helm kustomize ## Run test/install and the API, controller and admission envtest suites against kube-apiserver 1.36 (KUBE_COMPAT_VERSION), the oldest supported.
 	KUBEBUILDER_ASSETS=$(K8S_COMPAT_BIN_DIR) TEST_ASSET_ETCD=$(K8S_BIN_DIR)/etcd KUBEDEVICE_TEST_KUBE_VERSION=$(KUBE_COMPAT_VERSION) \
 		go test $(GO_TEST_FLAGS) -timeout 20m -skip '$(COMPAT_SKIP)' $(COMPAT_PACKAGES)
 
@@ -233,12 +235,12 @@ bench-kubelet: ## The kubelet's device manager (k8s.io/kubernetes $(KUBE_VERSION
 		sh -c 'mount --bind "$$0" /var/lib && exec "$$0/benchkubelet" --scratch="$$0" "$$@"' "$$scratch" $(BENCH_KUBELET_FLAGS); } || rc=$$?; \
 	rm -rf "$$scratch"; exit $$rc
 
-# The cluster bench-scale builds; see test/scale and docs/design.md ("Scale").
+# The cluster bench-scale builds; see test/scale and docs/performance.md ("Scale").
 SCALE_NODES ?= 1000
 SCALE_SHARDS ?= 2
 
 .PHONY: bench-scale
-bench-scale: envtest-assets ## Benchmark the controller (cold start, failover, steady state, churn; SCALE_NODES=1000, SCALE_SHARDS=2), the agent (10 k devices: register, restart; 100 k rejected) and the built agent and controller binaries outside in (BenchmarkBinaries) against the real API server (minutes; not part of `make test`; `-bench Agent` alone: see docs/design.md).
+bench-scale: envtest-assets ## Benchmark the controller (cold start, failover, steady state, churn; SCALE_NODES=1000, SCALE_SHARDS=2), the agent (10 k devices: register, restart; 100 k rejected) and the built agent and controller binaries outside in (BenchmarkBinaries) against the real API server (minutes; not part of `make test`; `-bench Agent` alone: see docs/performance.md).
 	KUBEDEVICE_SCALE_NODES=$(SCALE_NODES) KUBEDEVICE_SCALE_SHARDS=$(SCALE_SHARDS) \
 		go test -run '^$$' -bench . -benchtime=1x -timeout 90m ./test/scale/
 
@@ -284,20 +286,21 @@ version: ## Print the version the build gives the binaries, the image and the ch
 	@echo $(VERSION)
 
 # A device plugin author's plugin: its command line, with {plugin-dir} where the plugin directory goes
-# (see README, "For device plugin authors"); HEALTH_CHANGE is a shell command that flips a device's
+# (see docs/plugin-authors.md); HEALTH_CHANGE is a shell command that flips a device's
 # health, for `make plugin-test`.
 PLUGIN ?=
+PLUGIN_DRA ?=
 HEALTH_CHANGE ?=
 # PLUGIN_TEST_FLAGS are more flags for `kubedevice plugin test`, e.g. --mount-namespace (a plugin
 # that hard-codes /var/lib/kubelet/device-plugins; root) or --strict.
 PLUGIN_TEST_FLAGS ?=
 
 .PHONY: demo
-demo: envtest-assets build ## Run the demo: a local cluster with the agent, controller and Gopher plugin (bin/kubedevice dev; Ctrl-C stops it); PLUGIN='cmd --plugin-dir={plugin-dir}' adds your plugin.
-	$(LOCALBIN)/kubedevice dev $(if $(PLUGIN),--plugin '$(PLUGIN)')
+demo: envtest-assets build ## Run the demo: a local cluster with the agent, controller and Gopher plugin (bin/kubedevice dev; Ctrl-C stops it); PLUGIN='cmd --plugin-dir={plugin-dir}' adds your plugin, PLUGIN_DRA=<resource> serves that resource of it through DRA.
+	$(LOCALBIN)/kubedevice dev $(if $(PLUGIN),--plugin '$(PLUGIN)') $(if $(PLUGIN_DRA),--plugin-dra '$(PLUGIN_DRA)')
 
 .PHONY: plugin-test
-plugin-test: ## Check the device plugin PLUGIN='cmd --plugin-dir={plugin-dir}' (HEALTH_CHANGE='shell command' and PLUGIN_TEST_FLAGS='--mount-namespace' optional): a conformance report, JUnit in bin/plugin-test/report.xml.
+plugin-test: ## Check the device plugin PLUGIN='cmd --plugin-dir={plugin-dir}' (or {plugins-registry-dir} for one that registers through the plugin watcher; HEALTH_CHANGE='shell command', run per resource with KUBEDEVICE_RESOURCE_NAME set, and PLUGIN_TEST_FLAGS='--mount-namespace' optional): a conformance report, JUnit in bin/plugin-test/report.xml.
 	@[ -n "$(PLUGIN)" ] || { echo "make plugin-test needs PLUGIN='<your plugin's command line, with {plugin-dir}>'"; exit 1; }
 	@mkdir -p $(PLUGIN_TEST_BIN)
 	go build -ldflags "$(VERSION_LDFLAGS)" -o $(PLUGIN_TEST_BIN)/kubedevice ./cmd/kubedevice

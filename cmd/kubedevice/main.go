@@ -89,19 +89,35 @@ with one gopher. Then create gopher-pod and gopher-pod2, each asking for one exa
 first is bound and gets the gopher, the second stays Pending with "Insufficient example.com/gopher".
 Print what kubectl shows, and keep running until Ctrl-C, then stop everything.
 
+With --plugin, your plugin runs beside the Gopher: the demo waits for every resource it registers and
+creates a pod asking for one device of each. When it exits the cluster keeps running and says so;
+SIGHUP to kubedevice dev (kill -HUP <pid>, printed) starts it again.
+
 The kubeconfig of the cluster's admin is <workdir>/kubeconfig; each component logs to
 <workdir>/logs/<name>.log.`,
 		Example: `  make demo                              # builds everything, then runs bin/kubedevice dev
   bin/kubedevice dev --exit-after-demo   # the end-to-end test: exit 0 only if the demo shows what it should
   bin/kubedevice dev --plugin './my-plugin --plugin-dir={plugin-dir}'   # your plugin beside the Gopher
+  bin/kubedevice dev --plugin ./my-plugin --plugin-dra example.com/gpu   # its example.com/gpu through DRA
   sudo bin/kubedevice dev --plugin-mount-namespace --plugin ./my-plugin  # it hard-codes /var/lib/kubelet/device-plugins
   bin/kubedevice dev --plugin-socket example.com/gpu=/run/my-plugin.sock    # a plugin already running (say, in a debugger)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Out = cmd.OutOrStdout()
+			// SIGHUP restarts the --plugin commands instead of ending kubedevice dev.
+			restart := make(chan os.Signal, 1)
+			signal.Notify(restart, syscall.SIGHUP)
+			defer signal.Stop(restart)
+			opts.RestartPlugins = restart
 			return devenv.Run(cmd.Context(), opts)
 		},
 	}
+	addDevFlags(cmd, &opts)
+	return cmd
+}
+
+// addDevFlags adds the flags of kubedevice dev.
+func addDevFlags(cmd *cobra.Command, opts *devenv.Options) {
 	f := cmd.Flags()
 	f.StringVar(&opts.WorkDir, "workdir", devenv.DefaultWorkDir,
 		"Directory for the kubeconfig, the logs, the gophers and the plugin sockets; relative to the working directory.")
@@ -118,14 +134,17 @@ The kubeconfig of the cluster's admin is <workdir>/kubeconfig; each component lo
 			"and the scheduler allocating one gopher to a pod with plain limits and one to a ResourceClaim, instead of the device plugin path.")
 	f.StringArrayVar(&opts.Plugins, "plugin", nil,
 		"A device plugin's command line (run with sh -c) to run beside the Gopher, pointed at the agent's plugin directory: "+
-			"{plugin-dir} in it is replaced by the directory, and KUBEDEVICE_PLUGIN_DIR is set. The demo creates a pod asking for one device of its resource. Repeatable.")
+			"{plugin-dir} in it is replaced by the directory, and KUBEDEVICE_PLUGIN_DIR is set. The demo creates a pod asking for one device "+
+			"of each resource it registers. If it exits, the cluster keeps running; SIGHUP to kubedevice dev starts it again. Repeatable.")
 	f.StringArrayVar(&opts.PluginSockets, "plugin-socket", nil,
 		"A device plugin that already runs, as RESOURCE=SOCKET: its socket is linked into the agent's plugin directory and registered for RESOURCE, "+
-			"and the demo creates a pod asking for one device of it. Repeatable.")
+			"and the demo creates a pod asking for one device of it. SIGHUP to kubedevice dev registers it again. Repeatable.")
+	f.StringArrayVar(&opts.PluginDRA, "plugin-dra", nil,
+		"A resource of a --plugin or --plugin-socket to serve through DRA instead of the device plugin path (the agent with --dra-resources): "+
+			"the demo shows its ResourceSlices and DeviceClass, and the scheduler allocating one device to the claim of a pod with plain limits. Repeatable.")
 	f.BoolVar(&opts.PluginMountNamespace, "plugin-mount-namespace", false,
 		"Run the --plugin commands in a private mount namespace with the agent's plugin directory bind-mounted on /var/lib/kubelet/device-plugins, "+
 			"for plugins that cannot be told where it is (Linux, root, util-linux's unshare).")
-	return cmd
 }
 
 func newStatusCommand() *cobra.Command {

@@ -45,124 +45,103 @@ func newPluginCommand() *cobra.Command {
 
 func newPluginTestCommand() *cobra.Command {
 	var (
-		opts           plugincheck.Options
-		target         plugincheck.CommandTarget
-		healthChange   string
-		junit, logFile string
-		mountNamespace bool
+		opts   plugincheck.Options
+		target plugincheck.CommandTarget
+		junit  string
 	)
 	cmd := &cobra.Command{
-		Use:   "test [flags] -- PLUGIN-COMMAND [ARGS...]",
-		Short: "Check a device plugin against the kubelet's rules (a conformance report, like csi-sanity)",
-		Long: `Check that a device plugin (device plugin API v1beta1) obeys the protocol as the kubelet uses it, and
-report per check pass, fail, warn or skip with what the checker saw and the rule it enforces.
-
-Given a command line, the checker creates a plugin directory (--plugin-dir, default a temporary one),
-serves the kubelet's Registration service on kubelet.sock there, and starts the plugin pointed at it:
-{plugin-dir} in the arguments is replaced by the directory, and KUBEDEVICE_PLUGIN_DIR and
-KUBEDEVICE_KUBELET_SOCKET are set. A plugin that can only use /var/lib/kubelet/device-plugins runs
-with --mount-namespace (Linux, root, util-linux's unshare): the directory is bind-mounted there in a
-private mount namespace. The checks: registration (version, resource name, endpoint, options),
-ListAndWatch (first list, device IDs, health values, a health change, the stream staying open),
-Allocate (every healthy device, several, an unknown ID, well-formed responses), PreStartContainer,
-GetPreferredAllocation, registering again after the kubelet restarts, and stopping on SIGTERM.
-
-Given --socket, the checker talks to a plugin that already runs and skips what needs registration.
-
-To check that the plugin reports a health change, give --health-change-cmd: a shell command that
-changes a device's health, or removes a device (KUBEDEVICE_PLUGIN_PID, KUBEDEVICE_PLUGIN_DIR and
-KUBEDEVICE_PLUGIN_SOCKET are set). It runs twice, on the ListAndWatch stream before and on the one
-after the kubelet restart, and must change the devices each time: flip a health, not set it.
-Each stream must stay open --stream-hold (10 s) and until the checker closes it. Accepting an
-unknown device ID, and answering GetPreferredAllocation with no container response, are warnings;
---strict makes warnings fail. The exit code is 1 when a check failed, and when the run was
-interrupted (Ctrl-C), which fails no check.
-
-The checker's flags go before --; everything after -- is the plugin's command line.`,
-		Example: `  kubedevice plugin test --junit report.xml \
-      --health-change-cmd 'f=/tmp/gophers/gopher-0; grep -q unhealthy $f && echo ok > $f || echo unhealthy > $f' \
-      -- bin/gopher-device-plugin --plugin-dir={plugin-dir} --gophers-dir=/tmp/gophers
-  sudo kubedevice plugin test --mount-namespace -- ./my-plugin        # hard-codes /var/lib/kubelet/device-plugins
-  kubedevice plugin test --socket /var/lib/kubelet/device-plugins/my.sock`,
+		Use:     "test [flags] -- PLUGIN-COMMAND [ARGS...]",
+		Short:   "Check a device plugin against the kubelet's rules (a conformance report, like csi-sanity)",
+		Long:    pluginTestLong,
+		Example: pluginTestExample,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch {
-			case opts.Socket != "" && len(args) > 0:
-				return errors.New("give either --socket or a plugin command, not both")
-			case opts.Socket == "" && len(args) == 0:
-				return errors.New("give a plugin command after --, or --socket")
-			case len(args) > 0:
+			if len(args) > 0 {
 				warnCheckerFlagsAfterDash(cmd, args)
-				target.Args = args
-				if mountNamespace {
-					target.MountAt = plugincheck.KubeletPluginDir
-				}
-				if logFile != "" {
-					f, err := os.Create(logFile)
-					if err != nil {
-						return fmt.Errorf("creating the plugin's log: %w", err)
-					}
-					defer f.Close()
-					target.Log = f
-				}
-				opts.Target = &target
+				target.Args, opts.Target = args, &target
 			}
-			if healthChange != "" {
-				opts.HealthChange = plugincheck.ShellHook(healthChange)
+			if opts.Socket == "" && len(args) == 0 {
+				return errors.New("give a plugin command after --, or --socket")
 			}
 			report, err := plugincheck.Run(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
-			if report.Interrupted {
-				defer fmt.Fprintln(cmd.ErrOrStderr(), "kubedevice plugin test: interrupted before the run ended; the report covers what ran")
-			}
-			if err := report.WriteText(cmd.OutOrStdout()); err != nil {
-				return err
-			}
-			if junit != "" {
-				f, err := os.Create(junit)
-				if err != nil {
-					return fmt.Errorf("creating the JUnit report: %w", err)
-				}
-				werr := report.WriteJUnit(f)
-				if cerr := f.Close(); werr == nil {
-					werr = cerr
-				}
-				if werr != nil {
-					return werr
-				}
-			}
-			if report.Failed() {
-				return errPluginFailed
-			}
-			if report.Interrupted {
-				return errInterrupted
-			}
-			return nil
+			return writePluginReport(cmd, report, junit)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&opts.Socket, "socket", "", "The socket of a plugin that already runs, instead of a command to start.")
-	f.StringVar(&opts.Dir, "plugin-dir", "", "The plugin directory to serve kubelet.sock in (default: a new temporary directory, removed at the end). "+
-		"Its sockets are removed, as a starting kubelet does; a directory a device manager serves is refused.")
-	f.BoolVar(&mountNamespace, "mount-namespace", false,
-		"Run the plugin in a private mount namespace with the plugin directory bind-mounted on "+plugincheck.KubeletPluginDir+" (Linux, root).")
-	f.StringVar(&healthChange, "health-change-cmd", "", "A shell command that changes the health of one of the plugin's devices.")
-	f.StringVar(&junit, "junit", "", "Also write the report as JUnit XML to this file.")
-	f.StringVar(&logFile, "plugin-log", "", "Write what the plugin prints to this file (its end is in the report when it does not register).")
-	f.BoolVar(&opts.Strict, "strict", false, "Count warnings as failures.")
-	f.DurationVar(&opts.Timeouts.Registration, "registration-timeout", plugincheck.DefaultRegistrationTimeout, "How long the plugin has to register after it starts.")
-	f.DurationVar(&opts.Timeouts.FirstList, "first-list-timeout", plugincheck.DefaultFirstListTimeout, "How long ListAndWatch has to send its first list.")
-	f.DurationVar(&opts.Timeouts.RPC, "rpc-timeout", plugincheck.DefaultRPCTimeout, "The deadline of each Allocate and GetPreferredAllocation call.")
-	f.DurationVar(&opts.Timeouts.HealthUpdate, "health-update-timeout", plugincheck.DefaultHealthUpdateTimeout, "How long after --health-change-cmd the new list may take.")
-	f.DurationVar(&opts.Timeouts.Reregistration, "reregistration-timeout", plugincheck.DefaultReregistrationTimeout,
-		"How long after kubelet.sock is created again the plugin has to register again.")
-	f.DurationVar(&opts.Timeouts.Stop, "stop-timeout", plugincheck.DefaultStopTimeout, "How long after SIGTERM the plugin has to exit.")
-	f.DurationVar(&opts.Timeouts.ListSettle, "list-settle", plugincheck.DefaultListSettle,
-		"How long after each of the first ListAndWatch lists another may replace it (the kubelet uses the latest list).")
-	f.DurationVar(&opts.Timeouts.StreamHold, "stream-hold", plugincheck.DefaultStreamHold,
-		"How long each ListAndWatch stream must stay open after it opened (before and after the kubelet restart).")
+	opts.AddFlags(cmd.Flags())
+	target.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&junit, "junit", "", "Also write the report as JUnit XML to this file.")
 	return cmd
+}
+
+const pluginTestLong = `Check that a device plugin (device plugin API v1beta1) obeys the protocol as the kubelet uses it, and
+report per check pass, fail, warn or skip with what the checker saw and the rule it enforces.
+
+Given a command line, the checker creates a plugin directory (--plugin-dir, default a temporary one),
+serves the kubelet's Registration service on kubelet.sock there, watches a plugins registry directory
+(--plugins-registry-dir) as the kubelet's plugin watcher does, and starts the plugin pointed at them:
+{plugin-dir} and {plugins-registry-dir} in the arguments are replaced by the directories, and
+KUBEDEVICE_PLUGIN_DIR, KUBEDEVICE_KUBELET_SOCKET and KUBEDEVICE_PLUGINS_REGISTRY_DIR are set. A plugin
+that can only use /var/lib/kubelet/device-plugins (or /var/lib/kubelet/plugins_registry) runs with
+--mount-namespace (Linux, root, util-linux's unshare): the directories are bind-mounted there in a
+private mount namespace. A plugin process that serves several resources (one socket each) has each
+resource checked and reported in a section of its own. The checks: registration (version, resource
+name, endpoint, options), ListAndWatch (first list, device IDs, health values, a health change, the
+stream staying open), Allocate (every healthy device, several, an unknown ID, responses judged by the
+same code the kubedevice agent enforces, each refusal saying whether it is the kubelet's rule or
+kubedevice's stricter one), PreStartContainer, GetPreferredAllocation, registering again after the
+kubelet restarts, and stopping on SIGTERM.
+
+Given --socket, the checker talks to a plugin that already runs and skips what needs registration.
+
+To check that the plugin reports a health change, give --health-change-cmd: a shell command that
+changes a device's health, or removes a device, of resource KUBEDEVICE_RESOURCE_NAME
+(KUBEDEVICE_PLUGIN_PID, KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_PLUGIN_SOCKET are set too). It runs on
+each resource's ListAndWatch stream before and on the one after the kubelet restart, and must change
+the devices each time: flip a health, not set it. Each stream must stay open --stream-hold (10 s) and
+until the checker closes it. Accepting an unknown device ID, answering GetPreferredAllocation with no
+container response, and device nodes without permissions are warnings; --strict makes warnings fail.
+The exit code is 1 when a check failed, and when the run was interrupted (Ctrl-C), which fails no
+check.
+
+The checker's flags go before --; everything after -- is the plugin's command line.`
+
+const pluginTestExample = `  kubedevice plugin test --junit report.xml \
+      --health-change-cmd 'f=/tmp/gophers/gopher-0; grep -q unhealthy $f && echo ok > $f || echo unhealthy > $f' \
+      -- bin/gopher-device-plugin --plugin-dir={plugin-dir} --gophers-dir=/tmp/gophers
+  sudo kubedevice plugin test --mount-namespace -- ./my-plugin        # hard-codes /var/lib/kubelet/device-plugins
+  kubedevice plugin test --socket /var/lib/kubelet/device-plugins/my.sock`
+
+// writePluginReport prints the report, writes it as JUnit when asked, and returns the run's
+// exit: errPluginFailed, errInterrupted or nil.
+func writePluginReport(cmd *cobra.Command, report *plugincheck.Report, junit string) error {
+	if report.Interrupted {
+		defer fmt.Fprintln(cmd.ErrOrStderr(), "kubedevice plugin test: interrupted before the run ended; the report covers what ran")
+	}
+	if err := report.WriteText(cmd.OutOrStdout()); err != nil {
+		return err
+	}
+	if junit != "" {
+		f, err := os.Create(junit)
+		if err != nil {
+			return fmt.Errorf("creating the JUnit report: %w", err)
+		}
+		werr := report.WriteJUnit(f)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return werr
+		}
+	}
+	if report.Failed() {
+		return errPluginFailed
+	}
+	if report.Interrupted {
+		return errInterrupted
+	}
+	return nil
 }
 
 // warnCheckerFlagsAfterDash warns about arguments after -- that look like the checker's own

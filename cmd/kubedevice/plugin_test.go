@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,14 +50,18 @@ func runTestPlugin(faults string) int {
 	for _, f := range strings.Fields(faults) {
 		fs = append(fs, testplugin.Fault(f))
 	}
-	p := testplugin.New(os.Getenv(plugincheck.EnvPluginDir), fs...)
+	dir := os.Getenv(plugincheck.EnvPluginDir)
+	if slices.Contains(fs, testplugin.ViaPluginWatcher) {
+		dir = os.Getenv(plugincheck.EnvRegistryDir)
+	}
+	p := testplugin.New(dir, fs...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	flips := make(chan os.Signal, 1)
 	signal.Notify(flips, syscall.SIGUSR1)
 	go func() {
 		for range flips {
-			p.FlipHealth()
+			p.FlipHealthOf("")
 		}
 	}()
 	if err := p.Run(ctx); err != nil {

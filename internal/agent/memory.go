@@ -48,7 +48,7 @@ const (
 // charged to every node, and what a registration allocated for seconds should not stay resident
 // until the next one: one forced collection and scavenge (debug.FreeOSMemory), at most twice a
 // second and only when no collection ran in the last half second, costs a few milliseconds of
-// CPU on this heap (docs/design.md, Decisions).
+// CPU on this heap (docs/decisions/0024-agent-returns-free-heap.md).
 func MemoryReleaser() manager.Runnable {
 	return &memoryReleaser{period: releasePeriod, threshold: releaseThreshold, release: debug.FreeOSMemory, read: readGCState}
 }

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,7 +85,8 @@ type Options struct {
 	// Plugins are the command lines (run with sh -c) of device plugins to run beside the Gopher,
 	// pointed at the agent's plugin directory: {plugin-dir} in the command is replaced by it, and
 	// KUBEDEVICE_PLUGIN_DIR and KUBEDEVICE_KUBELET_SOCKET are set. For each, the demo waits for
-	// its resource and creates a pod asking for one device of it.
+	// every resource it registers and creates a pod asking for one device of each. One that ends
+	// while the cluster serves is reported, and the cluster keeps running.
 	Plugins []string
 	// PluginSockets are plugins that already run, as RESOURCE=SOCKET: each socket is linked into the
 	// agent's plugin directory and registered for RESOURCE, as the plugin would register itself.
@@ -97,6 +99,13 @@ type Options struct {
 	// gophers: the demo shows the ResourceSlices and the scheduler allocating one gopher to a pod
 	// with plain limits and one to a ResourceClaim, instead of the device plugin path.
 	DRA bool
+	// PluginDRA are resources of the Plugins and PluginSockets the agent serves through DRA
+	// instead of the device plugin path: the demo shows their ResourceSlices and DeviceClass, and
+	// the scheduler allocating a device to the claim of a pod with plain limits.
+	PluginDRA []string
+	// RestartPlugins restarts every Plugins command (stopping it if it runs) and registers every
+	// PluginSockets plugin again, on each value received (kubedevice dev: SIGHUP).
+	RestartPlugins <-chan os.Signal
 	// Out receives the progress, the tables and the checks. Default os.Stdout.
 	Out io.Writer
 }
@@ -144,8 +153,8 @@ type dev struct {
 	c        client.Client
 	rc       rest.Interface
 	agentRTI bool // the agent has --runtime-injection
-	// relays serve the sockets of --plugin-socket plugins in the agent's plugin directory.
-	relays []*relay
+	// authors are the --plugin and --plugin-socket plugins, in their order.
+	authors []*authorPlugin
 }
 
 // Run starts a local cluster with no kubelet, runs the demo scenario on it and prints what
@@ -158,6 +167,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	d := &dev{opts: opts, p: &progress{w: opts.Out, start: time.Now()}}
+	if d.authors, err = opts.authorPlugins(); err != nil {
+		return err
+	}
 	if err := d.checkBinaries(); err != nil {
 		return err
 	}
@@ -196,12 +208,18 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := d.start(ctx); err != nil {
 		return err
 	}
-	if opts.DRA {
+	return d.demo(ctx)
+}
+
+// demo prints what the demo shows; then, with Options.ExitAfterDemo, checks it, else serves the
+// cluster until ctx ends.
+func (d *dev) demo(ctx context.Context) error {
+	if d.opts.DRA {
 		obs, err := d.showDRA(ctx)
 		if err != nil {
 			return err
 		}
-		if opts.ExitAfterDemo {
+		if d.opts.ExitAfterDemo {
 			return d.checkDRA(obs)
 		}
 		return d.serve(ctx)
@@ -210,7 +228,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if opts.ExitAfterDemo {
+	if d.opts.ExitAfterDemo {
 		return d.check(obs)
 	}
 	return d.serve(ctx)
@@ -232,10 +250,11 @@ func (d *dev) header() {
 	w := d.opts.Out
 	fmt.Fprintf(w, "kubedevice dev: etcd, kube-apiserver and kube-scheduler, the kubedevice controller, and node %s\n", NodeName)
 	fmt.Fprintf(w, "with the kubedevice agent as its device manager and the Gopher device plugin (no kubelet, no containers).\n")
-	if d.opts.DRA {
-		fmt.Fprintf(w, "DRA: the agent is the DRA driver %s for %s; the scheduler allocates the gophers to ResourceClaims.\n", contract.DRADriverName, ResourceName)
+	if res := d.draResources(); len(res) > 0 {
+		fmt.Fprintf(w, "DRA: the agent is the DRA driver %s for %s; the scheduler allocates their devices to ResourceClaims.\n",
+			contract.DRADriverName, strings.Join(res, ", "))
 	}
-	if n := len(d.opts.Plugins) + len(d.opts.PluginSockets); n > 0 {
+	if n := len(d.authors); n > 0 {
 		fmt.Fprintf(w, "Beside the Gopher, %d plugin(s) of yours, pointed at the agent's plugin directory %s (logs: plugin-<n>.log).\n", n, d.l.pluginDir())
 	}
 	fmt.Fprintf(w, "Work directory %s; every component logs to %s/<name>.log.\n", displayPath(d.l.workDir), displayPath(d.l.logsDir()))
@@ -245,41 +264,13 @@ func (d *dev) header() {
 	fmt.Fprintln(w)
 }
 
-// start brings the cluster up and runs the scenario up to the pending pod's event.
+// start brings the cluster up and runs the scenario up to the pending pod's event, then starts
+// the plugins of the plugin author.
 func (d *dev) start(ctx context.Context) error {
+	if err := d.startControlPlane(ctx); err != nil {
+		return err
+	}
 	p := d.p
-	if err := p.run("Starting etcd and kube-apiserver", func() (string, error) {
-		cp, err := startControlPlane(ctx, d.l, d.opts.K8sBinDir, d.opts.Timeout)
-		if err != nil {
-			return "", err
-		}
-		d.cp = cp
-		return strings.TrimSuffix(cp.admin.Host, "/"), nil
-	}); err != nil {
-		return err
-	}
-	if err := writeKubeconfig(d.l.kubeconfig(), d.cp.admin); err != nil {
-		return err
-	}
-	scheme, err := contract.NewScheme()
-	if err != nil {
-		return err
-	}
-	c, err := client.New(d.cp.admin, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("creating a client: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(d.cp.admin)
-	if err != nil {
-		return fmt.Errorf("creating a clientset: %w", err)
-	}
-	d.c, d.rc = c, cs.CoreV1().RESTClient()
-
-	if err := p.run("Starting kube-scheduler", d.startScheduler(ctx)); err != nil {
-		return err
-	}
-	fmt.Fprintf(d.opts.Out, "\nexport KUBECONFIG=%s\n\n", d.l.kubeconfig())
-
 	// The namespace first: the injection gate's parameters (config/admission) live in it.
 	if err := p.run("Creating node "+NodeName+" (Ready, no kubelet)", func() (string, error) {
 		if err := createNamespace(ctx, d.c, AgentNamespace); err != nil {
@@ -307,22 +298,61 @@ func (d *dev) start(ctx context.Context) error {
 		if err := d.runDRA(ctx); err != nil {
 			return err
 		}
-	} else {
-		if err := p.run("Publishing "+ResourceName+" on node "+NodeName, d.waitNodeCapacity(ctx)); err != nil {
-			return err
-		}
-		if err := p.run("Creating "+PodName, d.runPod(ctx)); err != nil {
-			return err
-		}
-		if err := p.run("Creating "+PendingPodName, d.runPendingPod(ctx)); err != nil {
-			return err
-		}
+	} else if err := d.runDevicePlugin(ctx); err != nil {
+		return err
 	}
 	if err := d.startAuthorPlugins(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintf(d.opts.Out, "Demo ready in %s.\n", seconds(time.Since(p.start)))
 	return nil
+}
+
+// startControlPlane starts etcd, kube-apiserver and kube-scheduler, writes the kubeconfig, and
+// creates the clients.
+func (d *dev) startControlPlane(ctx context.Context) error {
+	if err := d.p.run("Starting etcd and kube-apiserver", func() (string, error) {
+		cp, err := startControlPlane(ctx, d.l, d.opts.K8sBinDir, d.opts.Timeout)
+		if err != nil {
+			return "", err
+		}
+		d.cp = cp
+		return strings.TrimSuffix(cp.admin.Host, "/"), nil
+	}); err != nil {
+		return err
+	}
+	if err := writeKubeconfig(d.l.kubeconfig(), d.cp.admin); err != nil {
+		return err
+	}
+	scheme, err := contract.NewScheme()
+	if err != nil {
+		return err
+	}
+	if d.c, err = client.New(d.cp.admin, client.Options{Scheme: scheme}); err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(d.cp.admin)
+	if err != nil {
+		return fmt.Errorf("creating a clientset: %w", err)
+	}
+	d.rc = cs.CoreV1().RESTClient()
+	if err := d.p.run("Starting kube-scheduler", d.startScheduler(ctx)); err != nil {
+		return err
+	}
+	fmt.Fprintf(d.opts.Out, "\nexport KUBECONFIG=%s\n\n", d.l.kubeconfig())
+	return nil
+}
+
+// runDevicePlugin publishes the gopher as node capacity, and creates a pod that gets it and one
+// that finds none left.
+func (d *dev) runDevicePlugin(ctx context.Context) error {
+	if err := d.p.run("Publishing "+ResourceName+" on node "+NodeName, d.waitNodeCapacity(ctx)); err != nil {
+		return err
+	}
+	if err := d.p.run("Creating "+PodName, d.runPod(ctx)); err != nil {
+		return err
+	}
+	return d.p.run("Creating "+PendingPodName, d.runPendingPod(ctx))
 }
 
 // gophers are the gophers the plugin serves: one, or two with DRA.
@@ -343,10 +373,20 @@ func (d *dev) startComponent(name, path string, args []string) error {
 	return nil
 }
 
-// componentStopped returns an error when a component has ended on its own.
-func (d *dev) componentStopped() error {
+// componentStopped returns an error when a component has ended on its own: any of the
+// cluster's, or a plugin of the author's named in deps (what the caller waits for depends on
+// it). Any other plugin of the author's that ends is reported and the cluster keeps running.
+func (d *dev) componentStopped(deps []string) error {
 	for _, c := range d.comps {
 		if err := c.exited(); err != nil {
+			return err
+		}
+	}
+	for _, ap := range d.authors {
+		if ap.comp == nil || !slices.Contains(deps, ap.name) {
+			continue
+		}
+		if err := ap.comp.exited(); err != nil {
 			return err
 		}
 	}
@@ -442,9 +482,7 @@ func (d *dev) startAgent(ctx context.Context) func() (string, error) {
 		if d.agentRTI {
 			args = append(args, "--runtime-injection=none")
 		}
-		if d.opts.DRA {
-			args = append(args, d.draAgentArgs()...)
-		}
+		args = append(args, d.draAgentArgs()...)
 		if err := d.startComponent(agentName, filepath.Join(d.opts.BinDir, agentName), args); err != nil {
 			return "", err
 		}
@@ -497,7 +535,7 @@ func (d *dev) waitNodeCapacity(ctx context.Context) func() (string, error) {
 	return func() (string, error) {
 		what := fmt.Sprintf("kubedevice-controller to publish %s=1 in node %s's capacity and allocatable", ResourceName, NodeName)
 		if err := d.waitFor(ctx, what, []string{controllerName}, func(ctx context.Context) (bool, string, error) {
-			capacity, allocatable, err := nodeResource(ctx, d.c)
+			capacity, allocatable, err := nodeResource(ctx, d.c, ResourceName)
 			if err != nil {
 				return false, "", err
 			}
@@ -550,29 +588,29 @@ func (d *dev) runPendingPod(ctx context.Context) func() (string, error) {
 	}
 }
 
-// tableQueries are the kubectl commands the demo prints.
+// The kubectl commands the demos print.
+var (
+	nodeDevicesQuery = TableQuery{Command: "kubectl get nodedevices", Path: "/apis/kubedevice.io/v1alpha1/nodedevices",
+		Empty: "No resources found"}
+	allocationsQuery = TableQuery{Command: "kubectl get deviceallocations -A", Path: "/apis/kubedevice.io/v1alpha1/deviceallocations",
+		Options: RenderOptions{WithNamespace: true}, Empty: "No resources found"}
+	podsQuery = TableQuery{Command: "kubectl get pods -o wide", Path: "/api/v1/namespaces/" + PodNamespace + "/pods",
+		Options: RenderOptions{Wide: true}, Empty: "No resources found in " + PodNamespace + " namespace."}
+	eventsQuery = TableQuery{Command: "kubectl get events --field-selector involvedObject.name=" + PendingPodName,
+		Path: "/api/v1/namespaces/" + PodNamespace + "/events", FieldSelector: "involvedObject.name=" + PendingPodName,
+		Empty: "No resources found in " + PodNamespace + " namespace."}
+	slicesQuery = TableQuery{Command: "kubectl get resourceslices", Path: "/apis/resource.k8s.io/v1/resourceslices",
+		Empty: "No resources found"}
+	claimsQuery = TableQuery{Command: "kubectl get resourceclaims", Path: "/apis/resource.k8s.io/v1/namespaces/" + PodNamespace + "/resourceclaims",
+		Empty: "No resources found in " + PodNamespace + " namespace."}
+)
+
+// tableQueries are the kubectl commands the demo prints, and where its checks find them.
 var tableQueries = []demoQuery{
-	{
-		TableQuery: TableQuery{Command: "kubectl get nodedevices", Path: "/apis/kubedevice.io/v1alpha1/nodedevices",
-			Empty: "No resources found"},
-		into: func(o *Observed) **metav1.Table { return &o.NodeDevices },
-	},
-	{
-		TableQuery: TableQuery{Command: "kubectl get deviceallocations -A", Path: "/apis/kubedevice.io/v1alpha1/deviceallocations",
-			Options: RenderOptions{WithNamespace: true}, Empty: "No resources found"},
-		into: func(o *Observed) **metav1.Table { return &o.Allocations },
-	},
-	{
-		TableQuery: TableQuery{Command: "kubectl get pods -o wide", Path: "/api/v1/namespaces/" + PodNamespace + "/pods",
-			Options: RenderOptions{Wide: true}, Empty: "No resources found in " + PodNamespace + " namespace."},
-		into: func(o *Observed) **metav1.Table { return &o.Pods },
-	},
-	{
-		TableQuery: TableQuery{Command: "kubectl get events --field-selector involvedObject.name=" + PendingPodName,
-			Path: "/api/v1/namespaces/" + PodNamespace + "/events", FieldSelector: "involvedObject.name=" + PendingPodName,
-			Empty: "No resources found in " + PodNamespace + " namespace."},
-		into: func(o *Observed) **metav1.Table { return &o.Events },
-	},
+	{TableQuery: nodeDevicesQuery, into: func(o *Observed) **metav1.Table { return &o.NodeDevices }},
+	{TableQuery: allocationsQuery, into: func(o *Observed) **metav1.Table { return &o.Allocations }},
+	{TableQuery: podsQuery, into: func(o *Observed) **metav1.Table { return &o.Pods }},
+	{TableQuery: eventsQuery, into: func(o *Observed) **metav1.Table { return &o.Events }},
 }
 
 // demoQuery is a table the demo prints and where its checks find it.
@@ -581,38 +619,84 @@ type demoQuery struct {
 	into func(*Observed) **metav1.Table
 }
 
-// show prints the kubectl tables of the demo and the node's published capacity, and returns what
-// it printed.
+// show prints the kubectl tables of the demo (and the DRA objects when the author's resources
+// go through DRA) and what the node advertises of each resource, and returns what it printed.
 func (d *dev) show(ctx context.Context) (Observed, error) {
-	w := d.opts.Out
 	var obs Observed
 	for _, q := range tableQueries {
-		reqCtx, cancel := context.WithTimeout(ctx, requestTimeout)
-		t, err := GetTable(reqCtx, d.rc, q.Path, q.FieldSelector)
-		cancel()
+		t, err := d.printTable(ctx, q.TableQuery)
 		if err != nil {
 			return obs, err
 		}
 		*q.into(&obs) = t
-		fmt.Fprintf(w, "\n$ %s\n", q.Command)
-		if len(t.Rows) == 0 {
-			fmt.Fprintln(w, q.Empty)
-			continue
-		}
-		if err := RenderTable(w, t, q.Options); err != nil {
-			return obs, err
+	}
+	if len(d.opts.PluginDRA) > 0 {
+		for _, q := range []TableQuery{slicesQuery, claimsQuery} {
+			if _, err := d.printTable(ctx, q); err != nil {
+				return obs, err
+			}
 		}
 	}
-	reqCtx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
+	fmt.Fprintln(d.opts.Out)
 	var err error
-	obs.NodeCapacity, obs.NodeAllocatable, err = nodeResource(reqCtx, d.c)
-	if err != nil {
+	if obs.NodeCapacity, obs.NodeAllocatable, err = d.showAdvertised(ctx, ResourceName, ""); err != nil {
 		return obs, err
 	}
-	fmt.Fprintf(w, "\nNode %s advertises %s: capacity %s, allocatable %s (published by %s).\n",
-		NodeName, ResourceName, orNone(obs.NodeCapacity), orNone(obs.NodeAllocatable), controllerName)
-	return obs, nil
+	return obs, d.showAuthorResources(ctx)
+}
+
+// printTable prints what kubectl prints for q, and returns the table.
+func (d *dev) printTable(ctx context.Context, q TableQuery) (*metav1.Table, error) {
+	reqCtx, cancel := context.WithTimeout(ctx, requestTimeout)
+	t, err := GetTable(reqCtx, d.rc, q.Path, q.FieldSelector)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(d.opts.Out, "\n$ %s\n", q.Command)
+	if len(t.Rows) == 0 {
+		fmt.Fprintln(d.opts.Out, q.Empty)
+		return t, nil
+	}
+	return t, RenderTable(d.opts.Out, t, q.Options)
+}
+
+// showAdvertised prints what the node advertises of res: its capacity and allocatable on the
+// device plugin path; none through DRA, and then which device kube-scheduler allocated to the
+// claim of pod (none: no pod to show).
+func (d *dev) showAdvertised(ctx context.Context, res, pod string) (capacity, allocatable string, err error) {
+	reqCtx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if capacity, allocatable, err = nodeResource(reqCtx, d.c, res); err != nil {
+		return "", "", err
+	}
+	if !d.servedByDRA(res) {
+		fmt.Fprintf(d.opts.Out, "Node %s advertises %s: capacity %s, allocatable %s (published by %s).\n",
+			NodeName, res, orNone(capacity), orNone(allocatable), controllerName)
+		return capacity, allocatable, nil
+	}
+	allocated := ""
+	if pod != "" {
+		claim, devices, err := extendedAllocation(reqCtx, d.c, pod, res)
+		if err != nil {
+			return "", "", err
+		}
+		allocated = fmt.Sprintf("; kube-scheduler allocated %s to %s's claim %s", orNone(strings.Join(devices, ",")), pod, orNone(claim))
+	}
+	fmt.Fprintf(d.opts.Out, "Node %s advertises %s: capacity %s (DRA serves it; no node capacity)%s.\n", NodeName, res, orNone(capacity), allocated)
+	return capacity, "", nil
+}
+
+// showAuthorResources prints what the node advertises of each resource of the author's plugins.
+func (d *dev) showAuthorResources(ctx context.Context) error {
+	for _, ap := range d.authors {
+		for k, res := range ap.resources {
+			if _, _, err := d.showAdvertised(ctx, res, ap.pods[k]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func orNone(s string) string {
@@ -645,43 +729,50 @@ func (d *dev) report(demo string, problems []string, checked string) error {
 	return fmt.Errorf("checking %s: %w (%d problems)", demo, errDemoFailed, len(problems))
 }
 
-// serve keeps the cluster running until ctx ends or a component stops.
+// serve keeps the cluster running until ctx ends or a component of the cluster stops. A plugin
+// of the author's that ends is reported, and the cluster keeps running; RestartPlugins starts
+// the author's plugins again.
 func (d *dev) serve(ctx context.Context) error {
-	kubectl, note := d.kubectl()
-	if d.opts.DRA {
-		fmt.Fprintf(d.opts.Out, `
-The cluster is running. In another terminal:
-  export KUBECONFIG=%s
-  %s get resourceslices -o yaml%s
-  %s get resourceclaims -o yaml   # status.allocation names each gopher
-  %s get pod %s -o jsonpath='{.status.extendedResourceClaimStatus}'
-  %s status
-Press Ctrl-C to stop everything.
-`, d.l.kubeconfig(), kubectl, note, kubectl, kubectl, PodName, displayPath(filepath.Join(d.opts.BinDir, "kubedevice")))
-	} else {
-		fmt.Fprintf(d.opts.Out, `
-The cluster is running. In another terminal:
-  export KUBECONFIG=%s
-  %s get nodedevices,deviceallocations -A%s
-  %s status
-  %s delete pod %s   # the agent frees %s; the scheduler binds %s, which gets it
-  echo unhealthy > %s   # the gopher turns Unhealthy; rm it and it is gone
-Press Ctrl-C to stop everything.
-`, d.l.kubeconfig(), kubectl, note, displayPath(filepath.Join(d.opts.BinDir, "kubedevice")),
-			kubectl, PodName, GopherID, PendingPodName, displayPath(filepath.Join(d.l.gophersDir(), GopherID)))
-	}
+	d.printServing()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-d.opts.RestartPlugins:
+			d.keepRunning(ctx, d.restartPlugins(ctx))
 		case <-tick.C:
-			if err := d.componentStopped(); err != nil {
+			if err := d.componentStopped(nil); err != nil {
 				return err
 			}
+			d.keepRunning(ctx, d.reportExits(ctx))
 		}
 	}
+}
+
+// printServing prints what to try on the running cluster.
+func (d *dev) printServing() {
+	kubectl, note := d.kubectl()
+	status := displayPath(filepath.Join(d.opts.BinDir, "kubedevice"))
+	fmt.Fprintf(d.opts.Out, "\nThe cluster is running. In another terminal:\n  export KUBECONFIG=%s\n", d.l.kubeconfig())
+	if d.opts.DRA {
+		fmt.Fprintf(d.opts.Out, `  %s get resourceslices -o yaml%s
+  %s get resourceclaims -o yaml   # status.allocation names each gopher
+  %s get pod %s -o jsonpath='{.status.extendedResourceClaimStatus}'
+  %s status
+`, kubectl, note, kubectl, kubectl, PodName, status)
+	} else {
+		fmt.Fprintf(d.opts.Out, `  %s get nodedevices,deviceallocations -A%s
+  %s status
+  %s delete pod %s   # the agent frees %s; the scheduler binds %s, which gets it
+  echo unhealthy > %s   # the gopher turns Unhealthy; rm it and it is gone
+`, kubectl, note, status, kubectl, PodName, GopherID, PendingPodName, displayPath(filepath.Join(d.l.gophersDir(), GopherID)))
+	}
+	if len(d.authors) > 0 {
+		fmt.Fprintf(d.opts.Out, "  kill -HUP %d   # restarts your --plugin commands (after a rebuild, or once one exited), registers your --plugin-socket plugins again\n", os.Getpid())
+	}
+	fmt.Fprintln(d.opts.Out, "Press Ctrl-C to stop everything.")
 }
 
 // kubectl returns how to run kubectl: from $PATH, else the one hack/build-control-plane.sh may
@@ -696,23 +787,25 @@ func (d *dev) kubectl() (command, note string) {
 	return "kubectl", "   # no kubectl here? hack/build-control-plane.sh kubectl builds one into bin/k8s"
 }
 
-// shutdown stops the components in the reverse order of their start, then kube-apiserver and
-// etcd, and removes the sockets.
+// shutdown stops the components: the agent first, so it sees no plugin go away, then the
+// author's plugins, then the others in the reverse order of their start; then kube-apiserver and
+// etcd; and removes the sockets.
 func (d *dev) shutdown(ctx context.Context) error {
 	start := time.Now()
 	logger := klog.FromContext(ctx)
 	fmt.Fprintf(d.opts.Out, "\nStopping ")
 	var errs []error
-	for i := len(d.comps) - 1; i >= 0; i-- {
-		c := d.comps[i]
+	for _, c := range d.stopOrder() {
 		fmt.Fprintf(d.opts.Out, "%s, ", c.name)
 		if err := c.stop(); err != nil {
 			errs = append(errs, err)
 		}
 		logger.Info("Stopped component", "name", c.name, "exit", c.cmd.ProcessState)
 	}
-	for _, r := range d.relays {
-		r.close()
+	for _, ap := range d.authors {
+		if ap.relay != nil {
+			ap.relay.close()
+		}
 	}
 	if d.cp != nil {
 		fmt.Fprintf(d.opts.Out, "kube-apiserver, etcd ")
@@ -725,4 +818,25 @@ func (d *dev) shutdown(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.opts.Out, "... done in %s; logs are in %s.\n", seconds(time.Since(start)), displayPath(d.l.logsDir()))
 	return errors.Join(errs...)
+}
+
+// stopOrder is the order shutdown stops the components in (see shutdown).
+func (d *dev) stopOrder() []*component {
+	var order []*component
+	for _, c := range d.comps {
+		if c.name == agentName {
+			order = append(order, c)
+		}
+	}
+	for _, ap := range d.authors {
+		if ap.comp != nil {
+			order = append(order, ap.comp)
+		}
+	}
+	for i := len(d.comps) - 1; i >= 0; i-- {
+		if d.comps[i].name != agentName {
+			order = append(order, d.comps[i])
+		}
+	}
+	return order
 }

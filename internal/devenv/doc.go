@@ -33,11 +33,22 @@ limitations under the License.
 // allocating one gopher to a ResourceClaim's pod and one to a pod with plain limits (through the
 // DeviceClass's extendedResourceName) instead. No kubelet prepares the claims.
 //
+// With Options.Plugins and Options.PluginSockets (plugins.go) a plugin author's plugins run beside
+// the Gopher: for each, the demo waits until the resources it registers have stayed the same for
+// settleWindow, and creates a pod asking for one device of each resource. Options.PluginDRA puts
+// some of those resources on the DRA path: the demo then waits for their ResourceSlices and
+// DeviceClass, and shows the device kube-scheduler allocated to the pod's claim. The summary
+// names every resource the demo serves.
+//
 // Every wait has a timeout and names what did not happen, with the end of the log of the component
-// that should have made it happen. A component that stops on its own stops the run. At the end
-// (Ctrl-C, or right after the demo with Options.ExitAfterDemo) everything is stopped in the
-// reverse order of its start, and the sockets, the agent's checkpoint and the kubeconfig are
-// removed; the logs stay.
+// that should have made it happen; a plugin's NodeDevice whose device list the agent rejected
+// (Healthy=False, DeviceListRejected) shows the reason and the value. A component of the cluster
+// that stops on its own stops the run. An author's plugin that stops while the cluster serves is
+// reported with the end of its log and its devices Disconnected, and the cluster keeps running;
+// Options.RestartPlugins (SIGHUP to kubedevice dev) starts it again (restart.go). At the end
+// (Ctrl-C, or right after the demo with Options.ExitAfterDemo) the agent is stopped first, then
+// the author's plugins, then the other components in the reverse order of their start, and the
+// sockets, the agent's checkpoint and the kubeconfig are removed; the logs stay.
 //
 // Unix socket paths are limited to 108 bytes: when the work directory's path is too long for the
 // plugin sockets, they go to a short directory under /tmp, and kubedevice dev says so.

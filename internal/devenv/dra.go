@@ -19,6 +19,7 @@ package devenv
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/contract"
 )
 
@@ -49,12 +51,26 @@ const (
 // draGophers are the gophers the plugin serves in the DRA demo.
 var draGophers = []string{GopherID, DRAGopherID2}
 
+// draResources are the resources the agent serves through DRA: the Gopher's with --dra, and
+// every --plugin-dra.
+func (d *dev) draResources() []string {
+	var res []string
+	if d.opts.DRA {
+		res = append(res, ResourceName)
+	}
+	return append(res, d.opts.PluginDRA...)
+}
+
 // draAgentArgs are the agent's DRA flags: every directory the dev cluster's own. No kubelet
 // watches the registry directory, so the driver's registration is never taken up; the
 // ResourceSlices go straight to the API server.
 func (d *dev) draAgentArgs() []string {
+	res := d.draResources()
+	if len(res) == 0 {
+		return nil
+	}
 	return []string{
-		"--dra-resources=" + ResourceName,
+		"--dra-resources=" + strings.Join(res, ","),
 		"--kubelet-plugins-dir=" + d.l.kubeletPluginsDir(),
 		"--kubelet-registry-dir=" + d.l.draRegistryDir(),
 		"--cdi-dir=" + d.l.cdiDir(),
@@ -65,7 +81,7 @@ func (d *dev) draAgentArgs() []string {
 // pod and one to a pod with plain limits.
 func (d *dev) runDRA(ctx context.Context) error {
 	p := d.p
-	if err := p.run("Publishing "+ResourceName+" through DRA", d.waitSlices(ctx)); err != nil {
+	if err := p.run("Publishing "+ResourceName+" through DRA", d.waitDRA(ctx, ResourceName, pluginName, draGophers)); err != nil {
 		return err
 	}
 	if err := p.run("Creating "+ClaimName+" and "+ClaimPodName, d.runClaimPod(ctx)); err != nil {
@@ -74,15 +90,16 @@ func (d *dev) runDRA(ctx context.Context) error {
 	return p.run("Creating "+PodName+" (plain limits)", d.runDRALimitsPod(ctx))
 }
 
-// sliceDevices returns the devices of the driver's ResourceSlices on the demo node.
-func sliceDevices(ctx context.Context, c client.Client) ([]string, error) {
-	var slices resourcev1.ResourceSliceList
-	if err := c.List(ctx, &slices); err != nil {
+// sliceDevices returns the devices of the driver's ResourceSlices on the demo node in the pool
+// of resource res.
+func sliceDevices(ctx context.Context, c client.Client, res string) ([]string, error) {
+	var list resourcev1.ResourceSliceList
+	if err := c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
 	}
 	var devices []string
-	for _, s := range slices.Items {
-		if s.Spec.Driver == contract.DRADriverName && ptr.Deref(s.Spec.NodeName, "") == NodeName {
+	for _, s := range list.Items {
+		if s.Spec.Driver == contract.DRADriverName && ptr.Deref(s.Spec.NodeName, "") == NodeName && s.Spec.Pool.Name == dra.PoolName(res) {
 			for _, dev := range s.Spec.Devices {
 				devices = append(devices, dev.Name)
 			}
@@ -91,31 +108,54 @@ func sliceDevices(ctx context.Context, c client.Client) ([]string, error) {
 	return devices, nil
 }
 
-func (d *dev) waitSlices(ctx context.Context) func() (string, error) {
+// waitDRA waits until the driver's ResourceSlices list the devices of res (want, or as many as
+// its NodeDevices when want is nil) and the controller has made a DeviceClass for it.
+func (d *dev) waitDRA(ctx context.Context, res, plugin string, want []string) func() (string, error) {
 	return func() (string, error) {
-		what := fmt.Sprintf("the ResourceSlices of %s on %s to list %s", contract.DRADriverName, NodeName, strings.Join(draGophers, ", "))
-		if err := d.waitFor(ctx, what, []string{agentName}, func(ctx context.Context) (bool, string, error) {
-			devices, err := sliceDevices(ctx, d.c)
-			if err != nil {
+		what := fmt.Sprintf("the ResourceSlices of %s on %s to list the devices of %s", contract.DRADriverName, NodeName, res)
+		var devices []string
+		if err := d.waitFor(ctx, what, []string{agentName, plugin}, func(ctx context.Context) (bool, string, error) {
+			var err error
+			if devices, err = sliceDevices(ctx, d.c, res); err != nil {
 				return false, "", err
 			}
-			return strings.Join(devices, ",") == strings.Join(draGophers, ","), fmt.Sprintf("devices %v", devices), nil
-		}); err != nil {
-			return "", err
-		}
-		what = fmt.Sprintf("kubedevice-controller to create DeviceClass %s with extendedResourceName %s", DeviceClassName, ResourceName)
-		if err := d.waitFor(ctx, what, []string{controllerName}, func(ctx context.Context) (bool, string, error) {
-			var dc resourcev1.DeviceClass
-			if err := d.c.Get(ctx, client.ObjectKey{Name: DeviceClassName}, &dc); err != nil {
-				return false, "", fmt.Errorf("getting DeviceClass %s: %w", DeviceClassName, err)
+			seen := fmt.Sprintf("devices %v", devices)
+			if want != nil {
+				return slices.Equal(devices, want), seen + fmt.Sprintf(", want %v", want), nil
 			}
-			got := ptr.Deref(dc.Spec.ExtendedResourceName, "")
-			return got == ResourceName, fmt.Sprintf("extendedResourceName %q", got), nil
+			all, err := servedResources(ctx, d.c)
+			if err != nil || all[res] == nil {
+				return false, seen, err
+			}
+			return len(devices) > 0 && int64(len(devices)) == all[res].capacity, seen + "; NodeDevices " + all[res].String(), nil
 		}); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%d devices in ResourceSlices, DeviceClass %s", len(draGophers), DeviceClassName), nil
+		what = fmt.Sprintf("kubedevice-controller to create a DeviceClass with extendedResourceName %s", res)
+		var class string
+		if err := d.waitFor(ctx, what, []string{controllerName}, func(ctx context.Context) (bool, string, error) {
+			var err error
+			class, err = deviceClassOf(ctx, d.c, res)
+			return class != "", "no such DeviceClass", err
+		}); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%d devices in ResourceSlices, DeviceClass %s", len(devices), class), nil
 	}
+}
+
+// deviceClassOf returns the DeviceClass whose extendedResourceName is res, empty when none is.
+func deviceClassOf(ctx context.Context, c client.Client, res string) (string, error) {
+	var classes resourcev1.DeviceClassList
+	if err := c.List(ctx, &classes); err != nil {
+		return "", fmt.Errorf("listing DeviceClasses: %w", err)
+	}
+	for _, dc := range classes.Items {
+		if ptr.Deref(dc.Spec.ExtendedResourceName, "") == res {
+			return dc.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // gopherClaim selects DRAGopherID2 by the plugin's device ID.
@@ -142,23 +182,24 @@ func claimPod() *corev1.Pod {
 	return pod
 }
 
-// claimAllocation returns the devices of the claim's allocation by this driver, empty while
-// it is not allocated.
-func claimAllocation(claim *resourcev1.ResourceClaim) []string {
+// claimAllocation returns the devices of the claim's allocation by this driver in the pool of
+// res, empty while it is not allocated.
+func claimAllocation(claim *resourcev1.ResourceClaim, res string) []string {
 	if claim.Status.Allocation == nil {
 		return nil
 	}
 	var devices []string
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver == contract.DRADriverName {
+		if r.Driver == contract.DRADriverName && r.Pool == dra.PoolName(res) {
 			devices = append(devices, r.Device)
 		}
 	}
 	return devices
 }
 
-// claimAllocated waits until the named claim is allocated exactly want.
-func claimAllocated(c client.Client, name *string, want string) condition {
+// claimAllocated waits until the named claim is allocated one device of res: want, or any
+// when want is empty. It records the allocation in got.
+func claimAllocated(c client.Client, name *string, res, want string, got *[]string) condition {
 	return func(ctx context.Context) (bool, string, error) {
 		if *name == "" {
 			return false, "no claim yet", nil
@@ -167,8 +208,9 @@ func claimAllocated(c client.Client, name *string, want string) condition {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: PodNamespace, Name: *name}, &claim); err != nil {
 			return false, "", fmt.Errorf("getting ResourceClaim %s: %w", *name, err)
 		}
-		got := claimAllocation(&claim)
-		return len(got) == 1 && got[0] == want, fmt.Sprintf("ResourceClaim %s allocated %v", *name, got), nil
+		*got = claimAllocation(&claim, res)
+		ok := len(*got) == 1 && (want == "" || (*got)[0] == want)
+		return ok, fmt.Sprintf("ResourceClaim %s allocated %v", *name, *got), nil
 	}
 }
 
@@ -186,8 +228,9 @@ func (d *dev) runClaimPod(ctx context.Context) func() (string, error) {
 			return "", err
 		}
 		name := ClaimName
+		var got []string
 		what := fmt.Sprintf("the scheduler to allocate %s to ResourceClaim %s", DRAGopherID2, ClaimName)
-		if err := d.waitFor(ctx, what, []string{schedulerName}, claimAllocated(d.c, &name, DRAGopherID2)); err != nil {
+		if err := d.waitFor(ctx, what, []string{schedulerName}, claimAllocated(d.c, &name, ResourceName, DRAGopherID2, &got)); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("bound to %s, claim allocated %s", NodeName, DRAGopherID2), nil
@@ -203,26 +246,59 @@ func (d *dev) runDRALimitsPod(ctx context.Context) func() (string, error) {
 		if err := d.waitFor(ctx, PodName+" to be bound to "+NodeName, []string{schedulerName}, podBound(d.c, PodName)); err != nil {
 			return "", err
 		}
-		var name string
-		what := fmt.Sprintf("the scheduler to name %s's ResourceClaim in status.extendedResourceClaimStatus", PodName)
-		if err := d.waitFor(ctx, what, []string{schedulerName}, func(ctx context.Context) (bool, string, error) {
-			var pod corev1.Pod
-			if err := d.c.Get(ctx, client.ObjectKey{Namespace: PodNamespace, Name: PodName}, &pod); err != nil {
-				return false, "", fmt.Errorf("getting pod %s: %w", PodName, err)
-			}
-			if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
-				name = st.ResourceClaimName
-			}
-			return name != "", "no extendedResourceClaimStatus", nil
-		}); err != nil {
-			return "", err
-		}
-		what = fmt.Sprintf("the scheduler to allocate %s to %s's ResourceClaim", GopherID, PodName)
-		if err := d.waitFor(ctx, what, []string{schedulerName}, claimAllocated(d.c, &name, GopherID)); err != nil {
+		name, _, err := d.waitExtendedClaim(ctx, PodName, ResourceName, GopherID)
+		if err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("bound to %s, claim %s allocated %s", NodeName, name, GopherID), nil
 	}
+}
+
+// waitExtendedClaim waits until the scheduler has named the claim of a pod asking for res with
+// plain limits (status.extendedResourceClaimStatus) and allocated it one device of res (want,
+// or any when empty); it returns the claim and its devices.
+func (d *dev) waitExtendedClaim(ctx context.Context, pod, res, want string) (string, []string, error) {
+	var name string
+	what := fmt.Sprintf("the scheduler to name %s's ResourceClaim in status.extendedResourceClaimStatus", pod)
+	if err := d.waitFor(ctx, what, []string{schedulerName}, func(ctx context.Context) (bool, string, error) {
+		var p corev1.Pod
+		if err := d.c.Get(ctx, client.ObjectKey{Namespace: PodNamespace, Name: pod}, &p); err != nil {
+			return false, "", fmt.Errorf("getting pod %s: %w", pod, err)
+		}
+		if st := p.Status.ExtendedResourceClaimStatus; st != nil {
+			name = st.ResourceClaimName
+		}
+		return name != "", "no extendedResourceClaimStatus", nil
+	}); err != nil {
+		return "", nil, err
+	}
+	var got []string
+	what = fmt.Sprintf("the scheduler to allocate one %s to %s's ResourceClaim", res, pod)
+	if want != "" {
+		what = fmt.Sprintf("the scheduler to allocate %s to %s's ResourceClaim", want, pod)
+	}
+	if err := d.waitFor(ctx, what, []string{schedulerName}, claimAllocated(d.c, &name, res, want, &got)); err != nil {
+		return "", nil, err
+	}
+	return name, got, nil
+}
+
+// extendedAllocation returns the claim kube-scheduler made for a pod asking for res with plain
+// limits (status.extendedResourceClaimStatus), and the devices of res allocated to it.
+func extendedAllocation(ctx context.Context, c client.Client, pod, res string) (string, []string, error) {
+	var p corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: PodNamespace, Name: pod}, &p); err != nil {
+		return "", nil, fmt.Errorf("getting pod %s: %w", pod, err)
+	}
+	st := p.Status.ExtendedResourceClaimStatus
+	if st == nil {
+		return "", nil, nil
+	}
+	var claim resourcev1.ResourceClaim
+	if err := c.Get(ctx, client.ObjectKey{Namespace: PodNamespace, Name: st.ResourceClaimName}, &claim); err != nil {
+		return "", nil, fmt.Errorf("getting ResourceClaim %s: %w", st.ResourceClaimName, err)
+	}
+	return st.ResourceClaimName, claimAllocation(&claim, res), nil
 }
 
 // DRAObserved is what the DRA demo printed, as the checks of --exit-after-demo read it.
@@ -245,7 +321,7 @@ func (d *dev) observeDRA(ctx context.Context, obs *DRAObserved) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var err error
-	if obs.SliceDevices, err = sliceDevices(ctx, d.c); err != nil {
+	if obs.SliceDevices, err = sliceDevices(ctx, d.c, ResourceName); err != nil {
 		return err
 	}
 	obs.Allocated = map[string][]string{}
@@ -268,59 +344,38 @@ func (d *dev) observeDRA(ctx context.Context, obs *DRAObserved) error {
 			if err := d.c.Get(ctx, client.ObjectKey{Namespace: PodNamespace, Name: cn}, &claim); err != nil {
 				return fmt.Errorf("getting ResourceClaim %s: %w", cn, err)
 			}
-			obs.Allocated[name] = append(obs.Allocated[name], claimAllocation(&claim)...)
+			obs.Allocated[name] = append(obs.Allocated[name], claimAllocation(&claim, ResourceName)...)
 		}
 	}
-	obs.NodeCapacity, _, err = nodeResource(ctx, d.c)
+	obs.NodeCapacity, _, err = nodeResource(ctx, d.c, ResourceName)
 	return err
 }
 
-// draTableQueries are the kubectl commands the DRA demo prints.
+// draTableQueries are the kubectl commands the DRA demo prints, and where its checks find them.
 var draTableQueries = []struct {
 	TableQuery
 	into func(*DRAObserved) **metav1.Table
 }{
-	{
-		TableQuery: TableQuery{Command: "kubectl get nodedevices", Path: "/apis/kubedevice.io/v1alpha1/nodedevices",
-			Empty: "No resources found"},
-	},
-	{
-		TableQuery: TableQuery{Command: "kubectl get resourceslices", Path: "/apis/resource.k8s.io/v1/resourceslices",
-			Empty: "No resources found"},
-		into: func(o *DRAObserved) **metav1.Table { return &o.Slices },
-	},
-	{
-		TableQuery: TableQuery{Command: "kubectl get resourceclaims", Path: "/apis/resource.k8s.io/v1/namespaces/" + PodNamespace + "/resourceclaims",
-			Empty: "No resources found in " + PodNamespace + " namespace."},
-	},
-	{
-		TableQuery: TableQuery{Command: "kubectl get pods -o wide", Path: "/api/v1/namespaces/" + PodNamespace + "/pods",
-			Options: RenderOptions{Wide: true}, Empty: "No resources found in " + PodNamespace + " namespace."},
-		into: func(o *DRAObserved) **metav1.Table { return &o.Pods },
-	},
+	{TableQuery: nodeDevicesQuery},
+	{TableQuery: slicesQuery, into: func(o *DRAObserved) **metav1.Table { return &o.Slices }},
+	{TableQuery: claimsQuery},
+	// The device plugin path's allocations, of the author's resources that take it.
+	{TableQuery: allocationsQuery},
+	{TableQuery: podsQuery, into: func(o *DRAObserved) **metav1.Table { return &o.Pods }},
 }
 
-// showDRA prints the kubectl tables of the DRA demo and the device each pod was allocated.
+// showDRA prints the kubectl tables of the DRA demo, the device each pod was allocated, and
+// what the node advertises of each resource.
 func (d *dev) showDRA(ctx context.Context) (DRAObserved, error) {
 	w := d.opts.Out
 	var obs DRAObserved
 	for _, q := range draTableQueries {
-		reqCtx, cancel := context.WithTimeout(ctx, requestTimeout)
-		t, err := GetTable(reqCtx, d.rc, q.Path, q.FieldSelector)
-		cancel()
+		t, err := d.printTable(ctx, q.TableQuery)
 		if err != nil {
 			return obs, err
 		}
 		if q.into != nil {
 			*q.into(&obs) = t
-		}
-		fmt.Fprintf(w, "\n$ %s\n", q.Command)
-		if len(t.Rows) == 0 {
-			fmt.Fprintln(w, q.Empty)
-			continue
-		}
-		if err := RenderTable(w, t, q.Options); err != nil {
-			return obs, err
 		}
 	}
 	if err := d.observeDRA(ctx, &obs); err != nil {
@@ -329,9 +384,14 @@ func (d *dev) showDRA(ctx context.Context) (DRAObserved, error) {
 	fmt.Fprintf(w, "\nAllocated by kube-scheduler (the claims' status.allocation):\n")
 	fmt.Fprintf(w, "  %-18s %s  (plain limits; its claim is in status.extendedResourceClaimStatus)\n", PodName, orNone(strings.Join(obs.Allocated[PodName], ",")))
 	fmt.Fprintf(w, "  %-18s %s  (ResourceClaim %s, deviceID == %q)\n", ClaimPodName, orNone(strings.Join(obs.Allocated[ClaimPodName], ",")), ClaimName, DRAGopherID2)
-	fmt.Fprintf(w, "Node %s advertises %s: capacity %s (DRA serves it; no node capacity).\n", NodeName, ResourceName, orNone(obs.NodeCapacity))
-	fmt.Fprintf(w, "No kubelet runs on %s: nothing prepares the claims (no NodePrepareResources, no CDI spec), so the NodeDevice\n"+
-		"counts 0 allocated and no DeviceAllocation is written; no container starts, the pods stay Pending.\n", NodeName)
+	if _, _, err := d.showAdvertised(ctx, ResourceName, ""); err != nil {
+		return obs, err
+	}
+	if err := d.showAuthorResources(ctx); err != nil {
+		return obs, err
+	}
+	fmt.Fprintf(w, "No kubelet runs on %s: nothing prepares the claims (no NodePrepareResources, no CDI spec), so the NodeDevices\n"+
+		"of the resources DRA serves count 0 allocated and their claims get no DeviceAllocation; no container starts, the pods stay Pending.\n", NodeName)
 	return obs, nil
 }
 
@@ -342,8 +402,8 @@ func CheckDRADemo(o DRAObserved) []string {
 	var problems []string
 	if o.Slices == nil {
 		problems = append(problems, "kubectl get resourceslices: not printed")
-	} else if rows := matching(Rows(o.Slices), map[string]string{"NODE": NodeName, "DRIVER": contract.DRADriverName}); len(rows) != 1 {
-		problems = append(problems, fmt.Sprintf("kubectl get resourceslices: %d rows of driver %s on %s, want 1", len(rows), contract.DRADriverName, NodeName))
+	} else if rows := matching(Rows(o.Slices), map[string]string{"NODE": NodeName, "DRIVER": contract.DRADriverName, "POOL": ResourceName}); len(rows) != 1 {
+		problems = append(problems, fmt.Sprintf("kubectl get resourceslices: %d rows of driver %s's pool %s on %s, want 1", len(rows), contract.DRADriverName, ResourceName, NodeName))
 	}
 	if got, want := strings.Join(o.SliceDevices, ","), strings.Join(draGophers, ","); got != want {
 		problems = append(problems, fmt.Sprintf("the ResourceSlices list devices %q, want %q", got, want))

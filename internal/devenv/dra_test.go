@@ -46,8 +46,15 @@ func TestCheckDRADemo(t *testing.T) {
 		"no slice": {
 			change: func(o *DRAObserved) { o.Slices.Rows = nil; o.SliceDevices = nil },
 			want: []string{
-				"kubectl get resourceslices: 0 rows of driver kubedevice.io on demo-node, want 1",
+				"kubectl get resourceslices: 0 rows of driver kubedevice.io's pool example.com/gopher on demo-node, want 1",
 				`the ResourceSlices list devices "", want "gopher-0,gopher-1"`,
+			},
+		},
+		// --plugin-dra: the author's resource has its own pool; the Gopher's is judged alone.
+		"an author's resource through DRA too": {
+			change: func(o *DRAObserved) {
+				o.Slices.Rows = append(o.Slices.Rows, table(sliceColumns,
+					[]any{"00000-kubedevice.io-demo-node-rgdvl", "demo-node", "kubedevice.io", "example.com/alpha", "0s"}).Rows...)
 			},
 		},
 		"the plain-limits pod unscheduled": {

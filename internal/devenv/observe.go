@@ -58,6 +58,10 @@ func nodeDeviceReady(nd *kdv1alpha1.NodeDevice, gophers []string, deviceCapacity
 	}
 	seen := fmt.Sprintf("NodeDevice %s: plugin %s, capacity %d, allocatable %d, devices [%s]",
 		nd.Name, state, st.Capacity, st.Allocatable, strings.Join(ids, " "))
+	var s served
+	if s.add(nd); s.rejected != "" {
+		seen += "; " + s.rejected
+	}
 	ready := state == string(kdv1alpha1.PluginStateRegistered) && len(st.Devices) == len(gophers)
 	for i := 0; ready && i < len(gophers); i++ {
 		ready = st.Devices[i].ID == gophers[i]
@@ -70,17 +74,17 @@ func nodeDeviceReady(nd *kdv1alpha1.NodeDevice, gophers []string, deviceCapacity
 	return ready, seen, nil
 }
 
-// nodeResource returns the demo node's status.capacity and status.allocatable of the Gopher
-// resource, empty when absent.
-func nodeResource(ctx context.Context, c client.Client) (capacity, allocatable string, err error) {
+// nodeResource returns the demo node's status.capacity and status.allocatable of res, empty when
+// absent.
+func nodeResource(ctx context.Context, c client.Client, res string) (capacity, allocatable string, err error) {
 	var node corev1.Node
 	if err := c.Get(ctx, client.ObjectKey{Name: NodeName}, &node); err != nil {
 		return "", "", fmt.Errorf("getting node %s: %w", NodeName, err)
 	}
-	if q, ok := node.Status.Capacity[ResourceName]; ok {
+	if q, ok := node.Status.Capacity[corev1.ResourceName(res)]; ok {
 		capacity = q.String()
 	}
-	if q, ok := node.Status.Allocatable[ResourceName]; ok {
+	if q, ok := node.Status.Allocatable[corev1.ResourceName(res)]; ok {
 		allocatable = q.String()
 	}
 	return capacity, allocatable, nil

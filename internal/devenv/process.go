@@ -107,6 +107,16 @@ func (c *component) exited() error {
 	return fmt.Errorf("%s stopped unexpectedly (%s)%s", c.name, how, logTail(c.name, c.logPath))
 }
 
+// ended says whether the process has ended, and how ("exit status 0", "signal: terminated").
+func (c *component) ended() (bool, string) {
+	select {
+	case <-c.done:
+		return true, c.cmd.ProcessState.String()
+	default:
+		return false, ""
+	}
+}
+
 // stop sends SIGTERM, waits for the process to end, and kills it after stopTimeout.
 func (c *component) stop() error {
 	c.mu.Lock()

@@ -34,12 +34,12 @@ type condition func(ctx context.Context) (done bool, seen string, err error)
 
 // waitFor polls cond until it is done, the timeout passes, ctx ends, or a component stops. What
 // names the awaited event in the error ("gopher-pod to be bound to demo-node"); logs names the
-// components whose log tails the error shows.
+// components whose log tails the error shows, and the author's plugins whose end fails the wait.
 func (d *dev) waitFor(ctx context.Context, what string, logs []string, cond condition) error {
 	deadline := time.Now().Add(d.opts.Timeout)
 	var seen string
 	for {
-		if err := d.componentStopped(); err != nil {
+		if err := d.componentStopped(logs); err != nil {
 			return fmt.Errorf("waiting for %s: %w", what, err)
 		}
 		reqCtx, cancel := context.WithTimeout(ctx, requestTimeout)

@@ -16,13 +16,15 @@ limitations under the License.
 
 // Package metricsserving is how the agent and the controller serve their Prometheus metrics:
 // with --metrics-secure (the default) over HTTPS, with controller-runtime's self-signed
-// certificate, to clients that authenticate (a TokenReview) and may get the non-resource URL
-// /metrics (a SubjectAccessReview; the ClusterRole kubedevice-metrics-reader grants it), as
-// controller-runtime's secure metrics do; otherwise over plain HTTP to anyone who reaches the
-// address. Both binaries' RBAC allow the two reviews.
+// certificate, through controller-runtime's filters.WithAuthenticationAndAuthorization: a client
+// must authenticate (a TokenReview) and may get the non-resource URL /metrics (a
+// SubjectAccessReview; the ClusterRole kubedevice-metrics-reader grants it). Otherwise over plain
+// HTTP to anyone who reaches the address. Both binaries' RBAC allow the two reviews, which is all
+// the filter needs.
 package metricsserving
 
 import (
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -30,7 +32,7 @@ import (
 func Options(addr string, secure bool) metricsserver.Options {
 	o := metricsserver.Options{BindAddress: addr, SecureServing: secure}
 	if secure {
-		o.FilterProvider = WithAuthenticationAndAuthorization
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return o
 }

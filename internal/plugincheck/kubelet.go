@@ -48,6 +48,24 @@ type registration struct {
 	conn *grpc.ClientConn
 	// opts are the plugin's answer to GetDevicePluginOptions during Register.
 	opts *v1beta1.DevicePluginOptions
+	// watcher is set for a registration through the plugin watcher: the plugin's socket in the
+	// plugins registry directory, and the versions its GetInfo answered (req.Version is
+	// v1beta1 when they hold it). req.Endpoint is then the absolute path the kubelet dials.
+	watcher *watcherInfo
+}
+
+// watcherInfo is what a registration through the plugin watcher adds.
+type watcherInfo struct {
+	socket   string
+	versions []string
+}
+
+// endpointPath is the socket the kubelet dials for the registration.
+func (r *registration) endpointPath(dir string) string {
+	if r.watcher != nil {
+		return r.req.GetEndpoint()
+	}
+	return filepath.Join(dir, r.req.GetEndpoint())
 }
 
 // fakeKubelet serves the kubelet's Registration service on <dir>/kubelet.sock and does what the
@@ -55,17 +73,24 @@ type registration struct {
 // GetDevicePluginOptions, and answers with the kubelet's errors.
 type fakeKubelet struct {
 	v1beta1.UnimplementedRegistrationServer
-	dir    string
-	server *grpc.Server
-	regs   chan *registration
+	dir     string
+	server  *grpc.Server
+	regs    chan *registration
+	watcher *pluginWatcher
 
 	mu   sync.Mutex
 	all  []*registration
 	done bool
 }
 
-func newFakeKubelet(dir string) *fakeKubelet {
-	return &fakeKubelet{dir: dir, regs: make(chan *registration, 16)}
+// newFakeKubelet returns the kubelet of the plugin directory dir, with a plugin watcher of
+// registryDir when it is not "".
+func newFakeKubelet(dir, registryDir string) *fakeKubelet {
+	k := &fakeKubelet{dir: dir, regs: make(chan *registration, 16)}
+	if registryDir != "" {
+		k.watcher = &pluginWatcher{dir: registryDir, k: k}
+	}
+	return k
 }
 
 func (k *fakeKubelet) socketPath() string { return filepath.Join(k.dir, kubeletSocketName) }
@@ -84,11 +109,17 @@ func (k *fakeKubelet) start() error {
 	k.server = grpc.NewServer()
 	v1beta1.RegisterRegistrationServer(k.server, k)
 	go func() { _ = k.server.Serve(ln) }()
+	if k.watcher != nil {
+		return k.watcher.start()
+	}
 	return nil
 }
 
 // stop stops serving and removes kubelet.sock, as a kubelet that goes away leaves it.
 func (k *fakeKubelet) stop() {
+	if k.watcher != nil {
+		k.watcher.stop()
+	}
 	if k.server != nil {
 		k.server.Stop()
 		k.server = nil
@@ -132,13 +163,25 @@ func (k *fakeKubelet) Register(ctx context.Context, req *v1beta1.RegisterRequest
 	if err != nil {
 		r.rejected = err.Error()
 	}
+	if !k.add(r) {
+		return nil, fmt.Errorf("the checker is done")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &v1beta1.Empty{}, nil
+}
+
+// add records a registration and tells whoever waits for one; false when the checker is done
+// (the registration's connection is then closed).
+func (k *fakeKubelet) add(r *registration) bool {
 	k.mu.Lock()
 	if k.done {
 		k.mu.Unlock()
 		if r.conn != nil {
 			_ = r.conn.Close()
 		}
-		return nil, fmt.Errorf("the checker is done")
+		return false
 	}
 	k.all = append(k.all, r)
 	k.mu.Unlock()
@@ -147,10 +190,7 @@ func (k *fakeKubelet) Register(ctx context.Context, req *v1beta1.RegisterRequest
 	default:
 		// Nobody waits for more: the registration is still in registrations().
 	}
-	if err != nil {
-		return nil, err
-	}
-	return &v1beta1.Empty{}, nil
+	return true
 }
 
 // dialPlugin connects to a plugin's socket as the kubelet does (a blocking dial of at most 10 s)

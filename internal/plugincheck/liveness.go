@@ -45,7 +45,7 @@ func (v *verdict) add(o Outcome, evidence ...string) {
 	v.evidence = append(v.evidence, evidence...)
 }
 
-func (r *run) recordStreamVerdicts() {
+func (r *resourceRun) recordStreamVerdicts() {
 	for _, cv := range []struct {
 		c Check
 		v *verdict
@@ -60,7 +60,7 @@ func (r *run) recordStreamVerdicts() {
 
 // observeHealthChange runs the health change hook and waits on the current stream for the new
 // list: a device whose health changed, or a device removed or added, in a full list.
-func (r *run) observeHealthChange(ctx context.Context, label string) {
+func (r *resourceRun) observeHealthChange(ctx context.Context, label string) {
 	if r.opts.HealthChange == nil {
 		if r.health.outcome == "" {
 			r.health.add(Skip, "no way to change a device's health was given (--health-change-cmd)")
@@ -76,7 +76,7 @@ func (r *run) observeHealthChange(ctx context.Context, label string) {
 	if r.opts.Target != nil {
 		env = r.opts.Target.Env()
 	}
-	env = append(env, "KUBEDEVICE_PLUGIN_SOCKET="+r.socket)
+	env = append(env, "KUBEDEVICE_PLUGIN_SOCKET="+r.socket, EnvResourceName+"="+r.name)
 	before := r.devices
 	if err := r.opts.HealthChange(ctx, env); err != nil {
 		r.health.add(Fail, fmt.Sprintf("%s: the health change hook failed: %v", label, err))
@@ -154,7 +154,7 @@ func (c listChange) describe() string {
 // holdStream waits until the current stream has been open StreamHold, and judges whether it is
 // still open: the kubelet never calls ListAndWatch again, so a stream that ends leaves the
 // resource's devices unhealthy until the plugin registers again.
-func (r *run) holdStream(ctx context.Context, label string) {
+func (r *resourceRun) holdStream(ctx context.Context, label string) {
 	started := time.Now()
 	if r.streamOpen.started.IsZero() {
 		r.streamOpen.started = started

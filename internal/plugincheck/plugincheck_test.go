@@ -61,14 +61,18 @@ func runTestPluginProcess(faults string) int {
 	for _, f := range strings.Fields(faults) {
 		fs = append(fs, testplugin.Fault(f))
 	}
-	p := testplugin.New(os.Getenv(plugincheck.EnvPluginDir), fs...)
+	dir := os.Getenv(plugincheck.EnvPluginDir)
+	if slices.Contains(fs, testplugin.ViaPluginWatcher) {
+		dir = os.Getenv(plugincheck.EnvRegistryDir)
+	}
+	p := testplugin.New(dir, fs...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	flips := make(chan os.Signal, 1)
 	signal.Notify(flips, syscall.SIGUSR1)
 	go func() {
 		for range flips {
-			p.FlipHealth()
+			p.FlipHealthOf("")
 		}
 	}()
 	if err := p.Run(ctx); err != nil {
@@ -81,22 +85,33 @@ func runTestPluginProcess(faults string) int {
 // fastTimeouts keep the waits of failing checks short; passing checks do not wait for them, and
 // 5 s leaves room for a loaded CI machine running the race detector.
 var fastTimeouts = plugincheck.Timeouts{
-	Registration: 5 * time.Second, FirstList: 5 * time.Second, HealthUpdate: 5 * time.Second,
+	Registration: 5 * time.Second, RegistrationSettle: 300 * time.Millisecond, FirstList: 5 * time.Second, HealthUpdate: 5 * time.Second,
 	Reregistration: 5 * time.Second, Stop: 5 * time.Second, StreamHold: 2 * time.Second, ListSettle: 300 * time.Millisecond,
 }
 
-// testPluginTarget runs testplugin in this process; its health hook flips dev-0.
+// testPluginTarget runs testplugin in this process; its health hook flips dev-0 of the resource
+// it is given (KUBEDEVICE_RESOURCE_NAME).
 func testPluginTarget(faults ...testplugin.Fault) (*plugincheck.FuncTarget, func(context.Context, []string) error) {
 	var p *testplugin.Plugin
 	ready := make(chan struct{})
-	target := &plugincheck.FuncTarget{Name: fmt.Sprintf("testplugin %v", faults), Run: func(ctx context.Context, dir string) error {
+	target := &plugincheck.FuncTarget{Name: fmt.Sprintf("testplugin %v", faults), Run: func(ctx context.Context, dirs plugincheck.Dirs) error {
+		dir := dirs.Plugins
+		if slices.Contains(faults, testplugin.ViaPluginWatcher) {
+			dir = dirs.Registry
+		}
 		p = testplugin.New(dir, faults...)
 		close(ready)
 		return p.Run(ctx)
 	}}
-	hook := func(context.Context, []string) error {
+	hook := func(_ context.Context, env []string) error {
 		<-ready
-		p.FlipHealth()
+		var resource string
+		for _, e := range env {
+			if v, ok := strings.CutPrefix(e, plugincheck.EnvResourceName+"="); ok {
+				resource = v
+			}
+		}
+		p.FlipHealthOf(resource)
 		return nil
 	}
 	return target, hook
@@ -107,6 +122,17 @@ func outcomes(r *plugincheck.Report) map[string]plugincheck.Outcome {
 	m := map[string]plugincheck.Outcome{}
 	for _, res := range r.Results {
 		m[res.Check.ID] = res.Outcome
+	}
+	return m
+}
+
+// notPassedBy returns the IDs of the checks that failed or warned, by resource.
+func notPassedBy(r *plugincheck.Report) map[string][]string {
+	m := map[string][]string{}
+	for _, res := range r.Results {
+		if res.Outcome == plugincheck.Fail || res.Outcome == plugincheck.Warn {
+			m[res.Resource] = append(m[res.Resource], res.Check.ID)
+		}
 	}
 	return m
 }
@@ -133,12 +159,15 @@ func runCheck(t *testing.T, opts plugincheck.Options) *plugincheck.Report {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if len(report.Results) != len(plugincheck.AllChecks) {
-		t.Errorf("%d results for %d checks", len(report.Results), len(plugincheck.AllChecks))
-	}
-	for i, res := range report.Results {
-		if i < len(plugincheck.AllChecks) && res.Check.ID != plugincheck.AllChecks[i].ID {
-			t.Errorf("result %d is %s, want %s", i, res.Check.ID, plugincheck.AllChecks[i].ID)
+	resources, sections := report.Sections()
+	for i, results := range sections {
+		if len(results) != len(plugincheck.AllChecks) {
+			t.Errorf("%q: %d results for %d checks", resources[i], len(results), len(plugincheck.AllChecks))
+		}
+		for j, res := range results {
+			if j < len(plugincheck.AllChecks) && res.Check.ID != plugincheck.AllChecks[j].ID {
+				t.Errorf("%q: result %d is %s, want %s", resources[i], j, res.Check.ID, plugincheck.AllChecks[j].ID)
+			}
 		}
 	}
 	return report
@@ -163,8 +192,8 @@ func TestConformingPluginPassesEveryCheck(t *testing.T) {
 	if r.Failed() {
 		t.Error("Failed() = true for a run where every check passed")
 	}
-	if r.Resource != testplugin.ResourceName {
-		t.Errorf("Resource = %q, want %q", r.Resource, testplugin.ResourceName)
+	if diff := cmp.Diff([]string{testplugin.ResourceName}, r.Resources); diff != "" {
+		t.Errorf("Resources (-want +got):\n%s", diff)
 	}
 	if t.Failed() {
 		logReport(t, r)
@@ -210,6 +239,7 @@ func TestEachCheckCatchesItsBrokenPlugin(t *testing.T) {
 		{testplugin.StaleStreamAfterRestart, []string{"list-and-watch/health-update"}, false},
 		{testplugin.NoReregistration, []string{"registration/after-kubelet-restart"}, false},
 		{testplugin.LeavesSocket, []string{"stop/socket-removed"}, false},
+		{testplugin.DeviceOutsideDev, []string{"allocate/paths"}, false},
 	}
 	caught := map[string]bool{}
 	for _, tc := range tests {
@@ -343,6 +373,7 @@ func TestUnusualPluginsPass(t *testing.T) {
 		{testplugin.EmptyFirstList, nil, "the checks use the latest list, as the kubelet does"},
 		{testplugin.SlowFirstList, nil, "first list after 1."},
 		{testplugin.EnvOnly, []string{"allocate/permissions", "allocate/duplicates", "allocate/cdi-names"}, "no device node: no permissions to check"},
+		{testplugin.ViaPluginWatcher, nil, "through the plugin watcher (socket testplugin.sock)"},
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.quirk), func(t *testing.T) {
@@ -469,8 +500,8 @@ func TestGopherPlugin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	target := &plugincheck.FuncTarget{Name: "gopher", Run: func(ctx context.Context, dir string) error {
-		p, err := gopher.New(gopher.Options{GophersDir: gophers, PluginDir: dir, ResyncPeriod: time.Minute})
+	target := &plugincheck.FuncTarget{Name: "gopher", Run: func(ctx context.Context, dirs plugincheck.Dirs) error {
+		p, err := gopher.New(gopher.Options{GophersDir: gophers, PluginDir: dirs.Plugins, ResyncPeriod: time.Minute})
 		if err != nil {
 			return err
 		}
@@ -511,11 +542,11 @@ func TestDevicePluginExample(t *testing.T) {
 	t.Parallel()
 	var p *deviceplugin.Plugin
 	ready := make(chan struct{})
-	target := &plugincheck.FuncTarget{Name: "pkg/deviceplugin Example", Run: func(ctx context.Context, dir string) error {
+	target := &plugincheck.FuncTarget{Name: "pkg/deviceplugin Example", Run: func(ctx context.Context, dirs plugincheck.Dirs) error {
 		var err error
 		p, err = deviceplugin.New(deviceplugin.Config{
 			ResourceName: "example.com/gopher",
-			SocketDir:    dir,
+			SocketDir:    dirs.Plugins,
 			SocketName:   "gopher.sock",
 			Devices:      []*v1beta1.Device{deviceplugin.Device("gopher-1", true), deviceplugin.Device("gopher-0", true)},
 			Hooks: deviceplugin.Hooks{
@@ -558,10 +589,10 @@ func TestDevicePluginExample(t *testing.T) {
 }
 
 func TestReportText(t *testing.T) {
-	r := &plugincheck.Report{Plugin: "my-plugin", Resource: "example.com/x", Duration: time.Second, Results: []plugincheck.Result{
-		{Check: plugincheck.CheckVersion, Outcome: plugincheck.Pass, Evidence: []string{`version "v1beta1"`}},
-		{Check: plugincheck.CheckEndpoint, Outcome: plugincheck.Fail, Evidence: []string{"endpoint bad"}},
-		{Check: plugincheck.CheckHealthUpdate, Outcome: plugincheck.Skip, Evidence: []string{"no hook"}},
+	r := &plugincheck.Report{Plugin: "my-plugin", Resources: []string{"example.com/x"}, Duration: time.Second, Results: []plugincheck.Result{
+		{Check: plugincheck.CheckVersion, Resource: "example.com/x", Outcome: plugincheck.Pass, Evidence: []string{`version "v1beta1"`}},
+		{Check: plugincheck.CheckEndpoint, Resource: "example.com/x", Outcome: plugincheck.Fail, Evidence: []string{"endpoint bad"}},
+		{Check: plugincheck.CheckHealthUpdate, Resource: "example.com/x", Outcome: plugincheck.Skip, Evidence: []string{"no hook"}},
 	}}
 	var b bytes.Buffer
 	if err := r.WriteText(&b); err != nil {
@@ -573,7 +604,7 @@ func TestReportText(t *testing.T) {
 		"PASS  registration/version\n      version \"v1beta1\"\n",
 		"FAIL  registration/endpoint\n      endpoint bad\n      rule: " + plugincheck.CheckEndpoint.Rule,
 		"SKIP  list-and-watch/health-update\n      no hook\n",
-		"1 passed, 1 failed, 0 warned, 1 skipped in 1.0s",
+		"\n1 resource (example.com/x); 1 passed, 1 failed, 0 warned, 1 skipped in 1.0s",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report lacks %q:\n%s", want, out)
@@ -649,5 +680,84 @@ func TestRefusesALiveDeviceManagersDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "kubelet.sock")); err != nil {
 		t.Errorf("the manager's socket: %v", err)
+	}
+}
+
+// A plugin process that serves two resources, one socket each (legitimately unusual): each
+// resource is checked and reported in a section of its own, and passes every check.
+func TestTwoResourcesPass(t *testing.T) {
+	t.Parallel()
+	target, hook := testPluginTarget(testplugin.TwoResources)
+	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook, Strict: true})
+	resources := []string{testplugin.ResourceName, testplugin.SecondResourceName}
+	if diff := cmp.Diff(resources, r.Resources); diff != "" {
+		t.Errorf("Resources (-want +got):\n%s", diff)
+	}
+	for _, resource := range resources {
+		for _, c := range plugincheck.AllChecks {
+			if res, ok := r.ResultFor(resource, c.ID); !ok || res.Outcome != plugincheck.Pass {
+				t.Errorf("%s %s: %s %v", resource, c.ID, res.Outcome, res.Evidence)
+			}
+		}
+	}
+	var text, junit bytes.Buffer
+	_ = r.WriteText(&text)
+	for _, want := range []string{"== example.com/testplugin ==\n", "== example.com/testplugin-b ==\n", "removed testplugin-b.sock",
+		fmt.Sprintf("\n2 resources (example.com/testplugin, example.com/testplugin-b); %d passed, 0 failed", 2*len(plugincheck.AllChecks))} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if err := r.WriteJUnit(&junit); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Tests  int `xml:"tests,attr"`
+		Suites []struct {
+			Name  string `xml:"name,attr"`
+			Cases []struct {
+				Classname string `xml:"classname,attr"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(junit.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Tests != 2*len(plugincheck.AllChecks) || len(doc.Suites) != 2 || doc.Suites[1].Name != "kubedevice plugin test: example.com/testplugin-b" ||
+		doc.Suites[1].Cases[0].Classname != "kubedevice.plugin-test.example.com/testplugin-b" {
+		t.Errorf("JUnit: %d tests, suites %+v", doc.Tests, doc.Suites)
+	}
+	if t.Failed() {
+		logReport(t, r)
+	}
+}
+
+// Of a plugin's two resources, only the first registers again after the kubelet restart: that
+// check of the second resource fails, and nothing else.
+func TestTwoResourcesOneNotReregistered(t *testing.T) {
+	t.Parallel()
+	target, hook := testPluginTarget(testplugin.TwoResources, testplugin.SecondNoReregistration)
+	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook, Strict: true})
+	want := map[string][]string{testplugin.SecondResourceName: {"registration/after-kubelet-restart"}}
+	if diff := cmp.Diff(want, notPassedBy(r)); diff != "" {
+		t.Errorf("checks that did not pass, by resource (-want +got):\n%s", diff)
+		logReport(t, r)
+	}
+	if len(r.Results) != 2*len(plugincheck.AllChecks) {
+		t.Errorf("%d results for two resources of %d checks", len(r.Results), len(plugincheck.AllChecks))
+	}
+}
+
+// A device node outside /dev: the kubelet would pass it on, the agent refuses the allocation, and
+// the checker says so.
+func TestDeviceOutsideDevIsTheAgentsRule(t *testing.T) {
+	t.Parallel()
+	target, hook := testPluginTarget(testplugin.DeviceOutsideDev)
+	r := runCheck(t, plugincheck.Options{Target: target, HealthChange: hook})
+	res, _ := r.Result("allocate/paths")
+	if res.Outcome != plugincheck.Fail || !slices.ContainsFunc(res.Evidence, func(e string) bool {
+		return strings.Contains(e, `"/testplugin/dev-0": a device node must be a path under /dev/`) && strings.Contains(e, "kubedevice's stricter trust model")
+	}) {
+		t.Errorf("allocate/paths = %s %q, want a failure naming the agent's /dev rule", res.Outcome, res.Evidence)
 	}
 }

@@ -17,31 +17,42 @@ limitations under the License.
 package plugincheck
 
 import (
+	"cmp"
 	"encoding/xml"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // WriteText writes the report for a terminal: a line per check with its evidence and the rule
-// of each check that did not pass, then a summary.
+// of each check that did not pass, a section per resource when the plugin registered several,
+// then a summary that says how many resources were seen.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kubedevice plugin test: %s", r.Plugin)
-	if r.Resource != "" {
-		fmt.Fprintf(&b, " (%s)", r.Resource)
+	if len(r.Resources) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(r.Resources, ", "))
 	}
-	b.WriteString("\n\n")
-	for _, res := range r.Results {
-		fmt.Fprintf(&b, "%-5s %s\n", res.Outcome, res.Check.ID)
-		for _, e := range res.Evidence {
-			fmt.Fprintf(&b, "      %s\n", e)
+	b.WriteString("\n")
+	resources, sections := r.Sections()
+	for i, results := range sections {
+		b.WriteString("\n")
+		if len(sections) > 1 {
+			fmt.Fprintf(&b, "== %s ==\n", cmp.Or(resources[i], "(no resource)"))
 		}
-		if res.Outcome == Fail || res.Outcome == Warn {
-			fmt.Fprintf(&b, "      rule: %s\n", res.Check.Rule)
+		for _, res := range results {
+			fmt.Fprintf(&b, "%-5s %s\n", res.Outcome, res.Check.ID)
+			for _, e := range res.Evidence {
+				fmt.Fprintf(&b, "      %s\n", e)
+			}
+			if res.Outcome == Fail || res.Outcome == Warn {
+				fmt.Fprintf(&b, "      rule: %s\n", res.Check.Rule)
+			}
 		}
 	}
-	fmt.Fprintf(&b, "\n%d passed, %d failed, %d warned, %d skipped in %s", r.Count(Pass), r.Count(Fail), r.Count(Warn), r.Count(Skip), seconds(r.Duration))
+	fmt.Fprintf(&b, "\n%s; %d passed, %d failed, %d warned, %d skipped in %s", r.describeResources(),
+		r.Count(Pass), r.Count(Fail), r.Count(Warn), r.Count(Skip), seconds(r.Duration))
 	if r.Strict && r.Count(Warn) > 0 {
 		b.WriteString(" (--strict: warnings fail)")
 	}
@@ -94,19 +105,46 @@ type junitMessage struct {
 	Text    string `xml:",chardata"`
 }
 
-// WriteJUnit writes the report as JUnit XML: a test case per check, classname
-// kubedevice.plugin-test; a failure (and, with Strict, a warning) is a <failure>, a skip a
-// <skipped>; the evidence is in <system-out>.
+// WriteJUnit writes the report as JUnit XML: a test suite per resource, a test case per check
+// (classname kubedevice.plugin-test, followed by ".<resource>" when the plugin registered
+// several); a failure (and, with Strict, a warning) is a <failure>, a skip a <skipped>; the
+// evidence is in <system-out>.
 func (r *Report) WriteJUnit(w io.Writer) error {
-	suite := junitSuite{
-		Name: "kubedevice plugin test", Tests: len(r.Results), Time: fmt.Sprintf("%.3f", r.Duration.Seconds()),
-		Properties: []junitProperty{{Name: "plugin", Value: r.Plugin}, {Name: "resource", Value: r.Resource}},
+	doc := junitSuites{Name: "kubedevice plugin test", Time: fmt.Sprintf("%.3f", r.Duration.Seconds())}
+	resources, sections := r.Sections()
+	for i, results := range sections {
+		suite := r.junitSuite(resources[i], results, len(sections) > 1)
+		doc.Tests, doc.Failures, doc.Skipped = doc.Tests+suite.Tests, doc.Failures+suite.Failures, doc.Skipped+suite.Skipped
+		doc.Suites = append(doc.Suites, suite)
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return fmt.Errorf("writing the JUnit report: %w", err)
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
+
+// junitSuite is the test suite of one resource's results.
+func (r *Report) junitSuite(resource string, results []Result, several bool) junitSuite {
+	suite := junitSuite{Name: "kubedevice plugin test", Tests: len(results), Time: fmt.Sprintf("%.3f", r.span(results).Seconds()),
+		Properties: []junitProperty{{Name: "plugin", Value: r.Plugin}, {Name: "resource", Value: resource}}}
+	classname := "kubedevice.plugin-test"
+	if resource != "" {
+		suite.Name += ": " + resource
+	}
+	if several && resource != "" {
+		classname += "." + resource
 	}
 	if r.Interrupted {
 		suite.Properties = append(suite.Properties, junitProperty{Name: "interrupted", Value: "true"})
 	}
-	for _, res := range r.Results {
-		c := junitCase{Name: res.Check.ID, Classname: "kubedevice.plugin-test", Time: fmt.Sprintf("%.3f", res.Duration.Seconds())}
+	for _, res := range results {
+		c := junitCase{Name: res.Check.ID, Classname: classname, Time: fmt.Sprintf("%.3f", res.Duration.Seconds())}
 		evidence := strings.Join(res.Evidence, "\n")
 		switch {
 		case res.Outcome == Fail || (res.Outcome == Warn && r.Strict):
@@ -122,17 +160,29 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 		}
 		suite.Cases = append(suite.Cases, c)
 	}
-	doc := junitSuites{Name: suite.Name, Tests: suite.Tests, Failures: suite.Failures, Skipped: suite.Skipped, Time: suite.Time, Suites: []junitSuite{suite}}
-	if _, err := io.WriteString(w, xml.Header); err != nil {
-		return err
+	return suite
+}
+
+// span is how long the checks of results took, from the first start to the last end (checks
+// overlap: the stream checks are judged over the whole run); the run's duration when they carry
+// no times (a report made by hand).
+func (r *Report) span(results []Result) time.Duration {
+	var first, last time.Time
+	for _, res := range results {
+		if res.ended.IsZero() {
+			continue
+		}
+		if start := res.ended.Add(-res.Duration); first.IsZero() || start.Before(first) {
+			first = start
+		}
+		if res.ended.After(last) {
+			last = res.ended
+		}
 	}
-	enc := xml.NewEncoder(w)
-	enc.Indent("", "  ")
-	if err := enc.Encode(doc); err != nil {
-		return fmt.Errorf("writing the JUnit report: %w", err)
+	if first.IsZero() {
+		return r.Duration
 	}
-	_, err := io.WriteString(w, "\n")
-	return err
+	return last.Sub(first)
 }
 
 func firstLine(evidence []string) string {

@@ -24,11 +24,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // The environment a plugin started by the checker or by kubedevice dev gets, and the placeholder
@@ -41,18 +44,37 @@ const (
 	EnvKubeletSocket = "KUBEDEVICE_KUBELET_SOCKET"
 	// EnvPluginPID is the plugin's process ID, given to --health-change-cmd.
 	EnvPluginPID = "KUBEDEVICE_PLUGIN_PID"
+	// EnvRegistryDir is the plugins registry directory the checker watches, as the kubelet's
+	// plugin watcher does: a plugin that registers that way creates its socket there.
+	EnvRegistryDir = "KUBEDEVICE_PLUGINS_REGISTRY_DIR"
+	// EnvResourceName is the resource whose device --health-change-cmd is to change.
+	EnvResourceName = "KUBEDEVICE_RESOURCE_NAME"
 	// PluginDirPlaceholder in a plugin's arguments is replaced by the plugin directory.
 	PluginDirPlaceholder = "{plugin-dir}"
+	// RegistryDirPlaceholder in a plugin's arguments is replaced by the plugins registry
+	// directory.
+	RegistryDirPlaceholder = "{plugins-registry-dir}"
 	// KubeletPluginDir is where an unmodified plugin looks for kubelet.sock.
 	KubeletPluginDir = "/var/lib/kubelet/device-plugins"
+	// KubeletRegistryDir is the kubelet's plugin watcher directory.
+	KubeletRegistryDir = "/var/lib/kubelet/plugins_registry"
 )
+
+// Dirs are the directories a plugin under test is pointed at.
+type Dirs struct {
+	// Plugins is the device plugin directory, where kubelet.sock is.
+	Plugins string
+	// Registry is the plugins registry directory the plugin watcher watches; "" when there is
+	// none.
+	Registry string
+}
 
 var errNotRoot = errors.New("running a plugin in a private mount namespace needs root (CAP_SYS_ADMIN)")
 
 // Target is a plugin the checker starts and stops.
 type Target interface {
-	// Start starts the plugin pointed at the plugin directory dir.
-	Start(ctx context.Context, dir string) error
+	// Start starts the plugin pointed at the directories.
+	Start(ctx context.Context, dirs Dirs) error
 	// Stop asks the plugin to stop (SIGTERM for a process) and waits at most timeout for it to
 	// end. It returns an error when it did not end in time or ended with an error.
 	Stop(timeout time.Duration) error
@@ -74,28 +96,59 @@ type Target interface {
 // mountAt. That needs Linux, root and util-linux's unshare; mountAt is created on the host if it
 // is missing (an empty directory), and nothing is mounted outside the namespace.
 func CommandLine(args []string, dir, mountAt string) (argv, env []string, err error) {
+	return commandLine(args, Dirs{Plugins: dir}, mountAt)
+}
+
+// commandLine is CommandLine with a plugins registry directory too: {plugins-registry-dir} and
+// KUBEDEVICE_PLUGINS_REGISTRY_DIR, and in the private mount namespace it is bind-mounted on
+// KubeletRegistryDir.
+func commandLine(args []string, dirs Dirs, mountAt string) (argv, env []string, err error) {
 	if len(args) == 0 {
 		return nil, nil, errors.New("no plugin command")
 	}
 	argv = make([]string, len(args))
 	for i, a := range args {
-		argv[i] = strings.ReplaceAll(a, PluginDirPlaceholder, dir)
+		argv[i] = strings.NewReplacer(PluginDirPlaceholder, dirs.Plugins, RegistryDirPlaceholder, dirs.Registry).Replace(a)
 	}
-	kubeletSocket := dir + "/" + kubeletSocketName
 	if mountAt != "" {
-		if os.Geteuid() != 0 {
-			return nil, nil, fmt.Errorf("%w; run the plugin with its own flag or environment variable for the plugin directory instead", errNotRoot)
+		if argv, err = inMountNamespace(argv, dirs, mountAt); err != nil {
+			return nil, nil, err
 		}
-		if _, err := exec.LookPath("unshare"); err != nil {
-			return nil, nil, fmt.Errorf("running a plugin in a private mount namespace needs unshare (util-linux): %w", err)
+		dirs.Plugins = mountAt
+		if dirs.Registry != "" {
+			dirs.Registry = registryMountAt(mountAt)
 		}
-		const script = `mkdir -p "$2" && mount --bind "$1" "$2" && shift 2 && exec "$@"`
-		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", dir, mountAt}, argv...)
-		kubeletSocket = mountAt + "/" + kubeletSocketName
-		dir = mountAt
 	}
-	env = []string{EnvPluginDir + "=" + dir, EnvKubeletSocket + "=" + kubeletSocket}
+	env = []string{EnvPluginDir + "=" + dirs.Plugins, EnvKubeletSocket + "=" + dirs.Plugins + "/" + kubeletSocketName}
+	if dirs.Registry != "" {
+		env = append(env, EnvRegistryDir+"="+dirs.Registry)
+	}
 	return argv, env, nil
+}
+
+// registryMountAt is where the plugins registry directory is bind-mounted beside a plugin
+// directory bind-mounted on mountAt: plugins_registry in the same parent, as the kubelet lays them
+// out (KubeletRegistryDir beside KubeletPluginDir).
+func registryMountAt(mountAt string) string {
+	return filepath.Join(filepath.Dir(mountAt), filepath.Base(KubeletRegistryDir))
+}
+
+// inMountNamespace wraps argv to run in a private mount namespace where dirs.Plugins is
+// bind-mounted on mountAt and dirs.Registry (if any) beside it (registryMountAt).
+func inMountNamespace(argv []string, dirs Dirs, mountAt string) ([]string, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w; run the plugin with its own flag or environment variable for the plugin directory instead", errNotRoot)
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		return nil, fmt.Errorf("running a plugin in a private mount namespace needs unshare (util-linux): %w", err)
+	}
+	script, mounts := `mkdir -p "$2" && mount --bind "$1" "$2" && shift 2 && exec "$@"`, []string{dirs.Plugins, mountAt}
+	if dirs.Registry != "" {
+		script = `mkdir -p "$2" "$4" && mount --bind "$1" "$2" && mount --bind "$3" "$4" && shift 4 && exec "$@"`
+		mounts = append(mounts, dirs.Registry, registryMountAt(mountAt))
+	}
+	wrapped := append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"}, mounts...)
+	return append(wrapped, argv...), nil
 }
 
 // CommandTarget runs a plugin's command line.
@@ -107,9 +160,12 @@ type CommandTarget struct {
 	MountAt string
 	// Log, if set, also receives what the plugin prints.
 	Log io.Writer
+	// LogFile, if set, also receives what the plugin prints (created at Start).
+	LogFile string
 
 	cmd    *exec.Cmd
 	dir    string
+	log    *os.File
 	exited chan struct{}
 	err    error
 	tail   tailBuffer
@@ -117,19 +173,47 @@ type CommandTarget struct {
 
 var _ Target = &CommandTarget{}
 
-// Start starts the command.
-func (t *CommandTarget) Start(_ context.Context, dir string) error {
-	argv, env, err := CommandLine(t.Args, dir, t.MountAt)
+// AddFlags registers --mount-namespace and --plugin-log.
+func (t *CommandTarget) AddFlags(f *pflag.FlagSet) {
+	f.Var(mountNamespaceFlag{&t.MountAt}, "mount-namespace", "Run the plugin in a private mount namespace with the plugin directory bind-mounted on "+
+		KubeletPluginDir+" and the plugins registry directory on "+KubeletRegistryDir+" (Linux, root).")
+	f.Lookup("mount-namespace").NoOptDefVal = "true"
+	f.StringVar(&t.LogFile, "plugin-log", "", "Write what the plugin prints to this file (its end is in the report when it does not register).")
+}
+
+// mountNamespaceFlag is --mount-namespace: a bool that sets CommandTarget.MountAt.
+type mountNamespaceFlag struct{ mountAt *string }
+
+func (f mountNamespaceFlag) String() string {
+	return strconv.FormatBool(f.mountAt != nil && *f.mountAt != "")
+}
+func (f mountNamespaceFlag) Type() string { return "bool" }
+
+func (f mountNamespaceFlag) Set(v string) error {
+	on, err := strconv.ParseBool(v)
 	if err != nil {
 		return err
 	}
-	t.dir = dir
+	*f.mountAt = ""
+	if on {
+		*f.mountAt = KubeletPluginDir
+	}
+	return nil
+}
+
+// Start starts the command.
+func (t *CommandTarget) Start(_ context.Context, dirs Dirs) error {
+	argv, env, err := commandLine(t.Args, dirs, t.MountAt)
+	if err != nil {
+		return err
+	}
+	t.dir = dirs.Plugins
 	// Not CommandContext: the checker stops the plugin itself, with SIGTERM, to see it clean up.
 	cmd := exec.Command(argv[0], argv[1:]...) //nolint:gosec // G204: running the author's plugin is the point.
 	cmd.Env = append(os.Environ(), env...)
-	var out io.Writer = &t.tail
-	if t.Log != nil {
-		out = io.MultiWriter(&t.tail, t.Log)
+	out, err := t.output()
+	if err != nil {
+		return err
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, so that a plugin killed after the stop timeout takes its children
@@ -137,14 +221,37 @@ func (t *CommandTarget) Start(_ context.Context, dir string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
+		if t.log != nil {
+			_ = t.log.Close()
+		}
 		return fmt.Errorf("starting %s: %w", argv[0], err)
 	}
 	t.cmd, t.exited = cmd, make(chan struct{})
 	go func() {
 		t.err = cmd.Wait()
+		if t.log != nil {
+			_ = t.log.Close()
+		}
 		close(t.exited)
 	}()
 	return nil
+}
+
+// output is where the plugin's output goes: the tail kept for the report, Log and LogFile.
+func (t *CommandTarget) output() (io.Writer, error) {
+	outs := []io.Writer{&t.tail}
+	if t.Log != nil {
+		outs = append(outs, t.Log)
+	}
+	if t.LogFile != "" {
+		f, err := os.Create(t.LogFile)
+		if err != nil {
+			return nil, fmt.Errorf("creating the plugin's log: %w", err)
+		}
+		t.log = f
+		outs = append(outs, f)
+	}
+	return io.MultiWriter(outs...), nil
 }
 
 // Stop sends SIGTERM and waits; after timeout it kills the plugin.
@@ -194,7 +301,7 @@ func (t *CommandTarget) String() string { return strings.Join(t.Args, " ") }
 // cancels the context, as SIGTERM does to a plugin built on signal.NotifyContext.
 type FuncTarget struct {
 	Name string
-	Run  func(ctx context.Context, dir string) error
+	Run  func(ctx context.Context, dirs Dirs) error
 
 	cancel context.CancelFunc
 	exited chan struct{}
@@ -205,11 +312,11 @@ type FuncTarget struct {
 var _ Target = &FuncTarget{}
 
 // Start runs Run in a goroutine.
-func (t *FuncTarget) Start(ctx context.Context, dir string) error {
+func (t *FuncTarget) Start(ctx context.Context, dirs Dirs) error {
 	ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	t.exited, t.dir = make(chan struct{}), dir
+	t.exited, t.dir = make(chan struct{}), dirs.Plugins
 	go func() {
-		t.err = t.Run(ctx, dir)
+		t.err = t.Run(ctx, dirs)
 		close(t.exited)
 	}()
 	return nil

@@ -17,6 +17,7 @@ limitations under the License.
 package plugincheck
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"path/filepath"
@@ -25,7 +26,10 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kubedevice/kubedevice/internal/allocpolicy"
 )
 
 // The prefixes of the kubelet's extended resource name rule.
@@ -106,54 +110,78 @@ func validateHealth(devs []*v1beta1.Device) []string {
 	return problems
 }
 
-// responseProblems are what is wrong with a ContainerAllocateResponse, by kind; repeats are the
-// identical repeats, which the kubelet merges (not a problem, but said in the evidence).
+// responseProblems are what is wrong with a ContainerAllocateResponse, by check; repeats are the
+// identical repeats, which the kubelet merges (not a problem, but said in the evidence), and
+// warnings what fails only with --strict.
 type responseProblems struct {
 	paths, permissions, duplicates, cdi []string
-	repeats                             []string
+	repeats, warnings                   []string
 }
 
-// validateContainerResponse checks one container's allocation response.
-func validateContainerResponse(r *v1beta1.ContainerAllocateResponse) responseProblems {
+// Whose rule a refusal of the agent's is: the kubelet's (it passes the value on to the container
+// runtime, which refuses it) or kubedevice's stricter trust model (the agent refuses an
+// allocation the kubelet would make; stricter fills in the rule).
+const (
+	kubeletRule  = "kubelet: it passes this to the container runtime as it is, and the runtime refuses it"
+	stricterRule = "kubedevice's stricter trust model: %s; the agent refuses the allocation, the kubelet would make it"
+)
+
+// validateContainerResponse checks one container's allocation response of resource with the
+// agent's own check (allocpolicy, the structure every agent enforces, whatever the cluster's
+// allocate policy), so that a plugin the checker passes is never refused by the agent; each
+// refusal says whose rule it is. Conflicting duplicates are the checker's own (the kubelet keeps
+// one), and so are empty permissions (a warning: the API asks for one or more of r, w, m; the
+// kubelet and the agent pass them on and the runtime's default applies).
+func validateContainerResponse(resource string, r *v1beta1.ContainerAllocateResponse) responseProblems {
 	var p responseProblems
-	absolute := func(what, pth string) {
-		switch {
-		case pth == "":
-			p.paths = append(p.paths, what+" is empty")
-		case !path.IsAbs(pth):
-			p.paths = append(p.paths, fmt.Sprintf("%s %q is not absolute", what, pth))
-		case path.Clean(pth) != pth:
-			p.paths = append(p.paths, fmt.Sprintf("%s %q is not clean (%q)", what, pth, path.Clean(pth)))
+	var refused *allocpolicy.Error
+	if err := (*allocpolicy.Policy)(nil).Check(resource, r); errors.As(err, &refused) {
+		for _, e := range refused.Errs {
+			msg := fmt.Sprintf("%s (%s)", e.Error(), ruleOf(e))
+			switch {
+			case strings.HasPrefix(e.Field, "cdiDevices"):
+				p.cdi = append(p.cdi, msg)
+			case strings.HasSuffix(e.Field, ".permissions"):
+				p.permissions = append(p.permissions, msg)
+			default:
+				p.paths = append(p.paths, msg)
+			}
 		}
 	}
 	targets := newTargetSet()
 	for _, m := range r.GetMounts() {
-		absolute("mount container path", m.GetContainerPath())
-		absolute("mount host path", m.GetHostPath())
 		targets.add("mount", m.GetContainerPath(), fmt.Sprintf("host path %q read-only %t", m.GetHostPath(), m.GetReadOnly()))
 	}
 	for _, d := range r.GetDevices() {
-		absolute("device container path", d.GetContainerPath())
-		absolute("device host path", d.GetHostPath())
 		targets.add("device node", d.GetContainerPath(), fmt.Sprintf("host path %q permissions %q", d.GetHostPath(), d.GetPermissions()))
-		if msg := validatePermissions(d.GetPermissions()); msg != "" {
-			p.permissions = append(p.permissions, fmt.Sprintf("device %q: %s", d.GetContainerPath(), msg))
-		}
-	}
-	for _, k := range sortedKeys(r.GetEnvs()) {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			p.paths = append(p.paths, fmt.Sprintf("env name %q is not a variable name", k))
+		if d.GetPermissions() == "" {
+			p.warnings = append(p.warnings, fmt.Sprintf("device %q has no permissions: the API asks for one or more of r, w, m; the kubelet and the agent pass none on, and the runtime's default applies", d.GetContainerPath()))
 		}
 	}
 	for _, d := range r.GetCdiDevices() {
 		// A CDI device is only its name: a repeat is always identical.
 		targets.add("CDI device", d.GetName(), "")
-		if msg := validateCDIName(d.GetName()); msg != "" {
-			p.cdi = append(p.cdi, fmt.Sprintf("CDI device %q: %s", d.GetName(), msg))
-		}
 	}
 	p.duplicates, p.repeats = targets.problems()
 	return p
+}
+
+// ruleOf says whose rule the agent's refusal e is (kubeletRule or stricterRule).
+func ruleOf(e *field.Error) string {
+	value, _ := e.BadValue.(string)
+	switch {
+	case e.Type == field.ErrorTypeTooLong || e.Type == field.ErrorTypeTooMany:
+		return fmt.Sprintf(stricterRule, "within the limits of the DeviceAllocation object that records it")
+	case strings.HasPrefix(e.Field, "annotations"):
+		return fmt.Sprintf(stricterRule, "annotation keys are qualified names, as Kubernetes annotations are")
+	case strings.HasPrefix(e.Field, "devices[") && path.IsAbs(value) && path.Clean(value) == value:
+		return fmt.Sprintf(stricterRule, "device nodes stay under "+allocpolicy.DeviceDir+"/ on both sides")
+	case strings.HasPrefix(e.Field, "mounts[") && value == "/":
+		return fmt.Sprintf(stricterRule, "no mount covers the container's root")
+	case strings.HasSuffix(e.Field, "Path") && path.IsAbs(value):
+		return fmt.Sprintf(stricterRule, "paths are clean, with no '.' or '..' element and no '//'")
+	}
+	return kubeletRule
 }
 
 // targetSet collects what a response puts at each container path (or CDI name), to tell
@@ -191,71 +219,6 @@ func (t *targetSet) problems() (conflicts, repeats []string) {
 			key, len(specs), strings.Join(distinct, "; ")))
 	}
 	return conflicts, repeats
-}
-
-// validatePermissions checks a DeviceSpec's cgroup permissions: one or more of r, w and m, each
-// once.
-func validatePermissions(perm string) string {
-	if perm == "" {
-		return "permissions are empty (one or more of r, w, m)"
-	}
-	seen := map[rune]bool{}
-	for _, c := range perm {
-		if !strings.ContainsRune("rwm", c) {
-			return fmt.Sprintf("permissions %q hold %q, not one of r, w, m", perm, c)
-		}
-		if seen[c] {
-			return fmt.Sprintf("permissions %q repeat %q", perm, c)
-		}
-		seen[c] = true
-	}
-	return ""
-}
-
-// validateCDIName checks a fully qualified CDI device name, vendor/class=name, with the rules of
-// the CDI specification (and of its reference parser, tags.cncf.io/container-device-interface
-// pkg/parser): the vendor is letters, digits, '-', '_' and '.', the class letters, digits, '-'
-// and '_', both starting with a letter and ending with a letter or digit; the name is letters,
-// digits, '-', '_', '.' and ':', starting and ending with a letter or digit.
-func validateCDIName(name string) string {
-	kind, dev, ok := strings.Cut(name, "=")
-	if !ok {
-		return "it is not fully qualified (vendor.com/class=name): no '='"
-	}
-	vendor, class, ok := strings.Cut(kind, "/")
-	if !ok {
-		return "it is not fully qualified (vendor.com/class=name): no '/' in the kind"
-	}
-	if msg := validateCDIPart("vendor", vendor, "-_.", true); msg != "" {
-		return msg
-	}
-	if msg := validateCDIPart("class", class, "-_", true); msg != "" {
-		return msg
-	}
-	return validateCDIPart("device name", dev, "-_.:", false)
-}
-
-func validateCDIPart(what, s, extra string, letterFirst bool) string {
-	if s == "" {
-		return what + " is empty"
-	}
-	isLetter := func(c byte) bool { return ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') }
-	isAlnum := func(c byte) bool { return isLetter(c) || ('0' <= c && c <= '9') }
-	if letterFirst && !isLetter(s[0]) {
-		return fmt.Sprintf("%s %q does not start with a letter", what, s)
-	}
-	if !isAlnum(s[0]) {
-		return fmt.Sprintf("%s %q does not start with a letter or digit", what, s)
-	}
-	if !isAlnum(s[len(s)-1]) {
-		return fmt.Sprintf("%s %q does not end with a letter or digit", what, s)
-	}
-	for i := 0; i < len(s); i++ {
-		if !isAlnum(s[i]) && !strings.ContainsRune(extra, rune(s[i])) {
-			return fmt.Sprintf("%s %q holds %q", what, s, s[i])
-		}
-	}
-	return ""
 }
 
 // validatePreferred checks a preferred allocation against its request, by kind.

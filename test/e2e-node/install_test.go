@@ -277,7 +277,7 @@ func installGopherFrom(ctx context.Context, gopherOverlay, id, content string) {
 }
 
 // uninstall removes kubedevice and the Gopher plugin, however they were installed (either
-// install, or what an interrupted run left), the way the README says, with the Gopher plugin
+// install, or what an interrupted run left), the way docs/install.md says, with the Gopher plugin
 // still registered: `helm uninstall`, whose post-delete hook runs `kubedevice cleanup`; or
 // `kubectl delete -k --wait=false` and then `kubedevice cleanup`, after which the deletion of the
 // CRDs completes. With a label (after an install, not for what an interrupted run left) it checks
@@ -307,7 +307,7 @@ func uninstall(ctx context.Context, label string) {
 		_, err := kubectl(ctx, "delete", "-k", overlay("kubedevice"), "--ignore-not-found", "--wait=false")
 		Expect(err).NotTo(HaveOccurred())
 		// The namespace's deletion may take the controller's Lease before the controller has
-		// stopped, so the README waits for its pods to be gone first, as here.
+		// stopped, so docs/install.md waits for its pods to be gone first, as here.
 		_, err = kubectl(ctx, "wait", "--for=delete", "pod", "-n", kubedeviceNamespace, "-l", controllerSelector, "--timeout=2m")
 		Expect(err).NotTo(HaveOccurred())
 		cleanUp(ctx)

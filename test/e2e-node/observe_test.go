@@ -190,7 +190,7 @@ func describeObserveMode() {
 	})
 }
 
-// uninstallObserving uninstalls as the README says (kubectl delete -k --wait=false, then kubedevice
+// uninstallObserving uninstalls as docs/install.md says (kubectl delete -k --wait=false, then kubedevice
 // cleanup once the controller is gone) and checks that the kubelet's gopher is still offered by
 // the Node: observe mode never owned it. Then it removes the rest as uninstall does; the kubelet
 // keeps listing the gopher (unhealthy, then 0) once its plugin is gone, which is the kubelet's.

@@ -45,7 +45,7 @@ const holdWatched = time.Minute
 func waitOutGrace() bool { return os.Getenv("E2E_NODE_SWITCH_GRACE") == "full" }
 
 // describeSwitch moves the node's gophers from the kubelet's own device manager to kubedevice as
-// the README says ("Move a node from the kubelet to kubedevice (and back)"), and back: the kubelet
+// docs/install.md says ("Move a node from the kubelet to kubedevice (and back)"), and back: the kubelet
 // keeps the resource through its grace period, and kubedevice must neither fight it over the Node
 // nor let a pod be refused. It runs after the control, which leaves the kubelet managing gophers.
 func describeSwitch() {
@@ -82,7 +82,7 @@ func describeSwitch() {
 	})
 }
 
-// toKubedevice is the README's move: the pods holding the kubelet's gophers deleted, kubedevice
+// toKubedevice is docs/install.md's move: the pods holding the kubelet's gophers deleted, kubedevice
 // reinstalled in manage mode and the plugin pointed at it; the kubelet then keeps the resource
 // (all unhealthy, allocatable 0) for its grace period.
 func toKubedevice(ctx context.Context, label, ns string) {
@@ -95,7 +95,7 @@ func toKubedevice(ctx context.Context, label, ns string) {
 	installGophers(ctx, "gopher")
 	// The kubelet notices its plugin left at its next node status update (up to 10 s): a pod
 	// created before that can be bound against its stale count and refused by the kubelet, which
-	// nothing but the kubelet can prevent (README, "Move a node from the kubelet to kubedevice").
+	// nothing but the kubelet can prevent (docs/install.md, "Move a node from the kubelet to kubedevice").
 	Eventually(ctx, func() int { return offeredNow(ctx) }).WithTimeout(time.Minute).Should(BeZero())
 	recordTiming(label+"plugin moved -> the kubelet's allocatable 0", time.Since(moved))
 	createPod(ctx, MakePod("waits", ns).Limits(gopherResource, 1).Obj())
@@ -133,7 +133,7 @@ func toKubedevice(ctx context.Context, label, ns string) {
 	Expect(risesFromZero(changes)).To(BeNumerically("<=", 1), "the Node's allocatable flapped: %v", changes)
 }
 
-// backToKubelet is the README's way back, with the plugin moved first (the case where both have
+// backToKubelet is docs/install.md's way back, with the plugin moved first (the case where both have
 // the resource): the kubelet publishes it and kubedevice writes nothing over it; then kubedevice is
 // uninstalled (kubectl delete -k, kubedevice cleanup) and a device pod runs through the kubelet.
 func backToKubelet(ctx context.Context, label, ns string) {

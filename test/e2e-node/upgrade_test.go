@@ -43,7 +43,7 @@ import (
 // (hack/e2e-node/previous-release, a commit of main, built from this clone by
 // hack/e2e-node/previous.sh into bin/e2e-node/previous and the image
 // docker.io/local/kubedevice:previous) is installed, the Gopher plugin runs with two gophers and a
-// pod holds one; kubedevice is upgraded to the tree under test as the README tells users, a new
+// pod holds one; kubedevice is upgraded to the tree under test as docs/install.md tells users, a new
 // pod gets the other gopher, and kubedevice is rolled back to the previous release, which frees
 // and hands out gophers again. Throughout the upgrade and the rollback a watchdog samples the
 // cluster every watchdogPeriod: the running pods keep their containers (no restart, no failure),
@@ -109,7 +109,7 @@ func buildPrevious(ctx context.Context) {
 }
 
 // upgradePath is one way of installing kubedevice's previous release, upgrading it to the tree
-// under test and rolling it back, as the README says for that way.
+// under test and rolling it back, as docs/install.md says for that way.
 type upgradePath struct {
 	// name says which way, in the specs' names and timings.
 	name string
@@ -143,7 +143,7 @@ func kustomizeUpgrade(name, overlayName string, dra bool) upgradePath {
 	}
 }
 
-// helmUpgrade installs the previous release's chart, upgrades as the README says (the CRDs with
+// helmUpgrade installs the previous release's chart, upgrades as docs/install.md says (the CRDs with
 // kubectl, as Helm never upgrades crds/, then helm upgrade), and rolls back with helm rollback
 // (which leaves the CRDs at the newer version, as it does for users).
 func helmUpgrade() upgradePath {

@@ -457,7 +457,7 @@ func warningsSince(ctx context.Context, ns string, start time.Time) []string {
 
 // reportCheckpointEvents reports the CheckpointCorrupt events of the node since start: an agent
 // that could not read the checkpoint another version wrote, and rebuilt it from the
-// DeviceAllocations. By design on a downgrade across checkpoint formats (docs/design.md, S19), so
+// DeviceAllocations. By design on a downgrade across checkpoint formats (docs/reliability.md, S19), so
 // reported, not failed; the pods' checks say whether the rebuild kept their devices.
 func reportCheckpointEvents(ctx context.Context, label string, start time.Time) {
 	events, err := clientset.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{

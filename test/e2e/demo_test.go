@@ -32,6 +32,7 @@ import (
 	goruntime "runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,6 +302,13 @@ func TestDemo(t *testing.T) {
 		checkNoRaces(t, workDir)
 	})
 
+	// An author's plugin serving two resources, one through DRA, beside the Gopher through DRA:
+	// every resource is exercised and summarized; the plugin's end keeps the cluster running and
+	// shows its devices Disconnected, and SIGHUP starts it again.
+	t.Run("author plugin restarts", func(t *testing.T) {
+		testAuthorPluginRestarts(t, bin, k8s)
+	})
+
 	t.Run("until interrupted", func(t *testing.T) {
 		workDir := filepath.Join(t.TempDir(), "demo")
 		ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
@@ -355,7 +363,8 @@ func TestDemo(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("kubedevice dev did not stop within a minute of Ctrl-C")
 		}
-		checkOutput(t, out.String(), []string{`^Stopping gopher-device-plugin, kubedevice-agent, kubedevice-controller, kube-scheduler, kube-apiserver, etcd \.\.\. done`})
+		// The agent first, so it sees no plugin go away.
+		checkOutput(t, out.String(), []string{`^Stopping kubedevice-agent, gopher-device-plugin, kubedevice-controller, kube-scheduler, kube-apiserver, etcd \.\.\. done`})
 		for pid, name := range started {
 			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
 				t.Errorf("%s (pid %d) still runs after kubedevice dev stopped", name, pid)
@@ -364,6 +373,131 @@ func TestDemo(t *testing.T) {
 		checkStopped(t, workDir)
 		checkNoRaces(t, workDir)
 	})
+}
+
+// authorRestartLines are the lines of the demo with a plugin serving example.com/alpha on the
+// device plugin path and example.com/beta through DRA, beside the Gopher through DRA.
+var authorRestartLines = []string{
+	`^DRA: the agent is the DRA driver kubedevice\.io for example\.com/gopher, example\.com/beta; `,
+	`^Starting plugin-1 \.+ +[0-9.]+s +example\.com/alpha: 2 devices, 2 allocatable; example\.com/beta: 1 devices, 1 allocatable$`,
+	`^Creating plugin-pod-1 \.+ +[0-9.]+s +asks for one example\.com/alpha: bound to demo-node, holds example\.com/alpha/a-[01]$`,
+	`^Publishing example\.com/beta through DRA \.+ +[0-9.]+s +1 devices in ResourceSlices, DeviceClass beta\.example\.com$`,
+	`^Creating plugin-pod-1-2 \.+ +[0-9.]+s +asks for one example\.com/beta: bound to demo-node, claim plugin-pod-1-2-extended-resources-[a-z0-9]+ allocated b-0$`,
+	`^[0-9]+-kubedevice\.io-demo-node-[a-z0-9]+ +demo-node +kubedevice\.io +example\.com/beta +\d+s$`,
+	`^\$ kubectl get deviceallocations -A$`,
+	`^default +demo-node\.plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/alpha=a-[01] +True +\d+s$`,
+	`^Node demo-node advertises example\.com/gopher: capacity <none> \(DRA serves it; no node capacity\)\.$`,
+	`^Node demo-node advertises example\.com/alpha: capacity 2, allocatable 2 \(published by kubedevice-controller\)\.$`,
+	`^Node demo-node advertises example\.com/beta: capacity <none> \(DRA serves it; no node capacity\); kube-scheduler allocated b-0 to plugin-pod-1-2's claim plugin-pod-1-2-extended-resources-[a-z0-9]+\.$`,
+	`^  kill -HUP \d+ +# restarts your --plugin commands`,
+}
+
+func testAuthorPluginRestarts(t *testing.T, bin, k8s string) {
+	tmp := t.TempDir()
+	workDir := filepath.Join(tmp, "demo")
+	gophers := func(name string, ids ...string) string {
+		dir := filepath.Join(tmp, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range ids {
+			if err := os.WriteFile(filepath.Join(dir, g), []byte("an author's device\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	gopher := filepath.Join(bin, "gopher-device-plugin")
+	plugin := fmt.Sprintf("%s --plugin-dir={plugin-dir} --resource-name=example.com/alpha --socket-name=alpha.sock --gophers-dir=%s & "+
+		"%s --plugin-dir={plugin-dir} --resource-name=example.com/beta --socket-name=beta.sock --gophers-dir=%s & wait",
+		gopher, gophers("alpha", "a-0", "a-1"), gopher, gophers("beta", "b-0"))
+	ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
+	defer cancel()
+	var out syncBuffer
+	cmd := devCommand(ctx, t, bin, k8s, workDir, &out, "--dra", "--plugin", plugin, "--plugin-dra", "example.com/beta")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting kubedevice dev: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	waitOutput(ctx, t, &out, `^Press Ctrl-C to stop everything\.$`)
+	checkOutput(t, out.String(), authorRestartLines)
+
+	// The plugin's shell and both plugins end, as when the author stops them.
+	shell := 0
+	for pid, name := range descendants(cmd.Process.Pid) {
+		if name == "sh" {
+			shell = pid
+		}
+	}
+	if shell == 0 {
+		t.Fatalf("no sh -c of the plugin among kubedevice dev's processes %v", descendants(cmd.Process.Pid))
+	}
+	if err := syscall.Kill(-shell, syscall.SIGTERM); err != nil {
+		t.Fatalf("stopping the plugin: %v", err)
+	}
+	waitOutput(ctx, t, &out, `^Start it again: kill -HUP \d+$`)
+	checkOutput(t, out.String(), []string{
+		`^plugin-1 exited \(signal: terminated\); the cluster keeps running\.$`,
+		`^last lines of plugin-1's log \(.+plugin-1\.log\):$`,
+		`^Showing plugin-1's devices Disconnected \.+ +[0-9.]+s +example\.com/alpha: plugin Disconnected, .*; example\.com/beta: plugin Disconnected, `,
+	})
+	restarted := `^Restarting plugin-1 \.+ +[0-9.]+s +example\.com/alpha: 2 devices, 2 allocatable; example\.com/beta: 1 devices, 1 allocatable$`
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatalf("SIGHUP: %v", err)
+	}
+	waitOutput(ctx, t, &out, restarted)
+	// Running, it is stopped first.
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatalf("SIGHUP: %v", err)
+	}
+	waitOutput(ctx, t, &out, `^Stopped plugin-1 \(signal: terminated\)\.\n(.*\n)*`+restarted[1:])
+
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatalf("interrupting kubedevice dev: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("kubedevice dev ended with %v after Ctrl-C", err)
+	}
+	checkOutput(t, out.String(), []string{`^Stopping kubedevice-agent, plugin-1, gopher-device-plugin, kubedevice-controller, kube-scheduler, kube-apiserver, etcd \.\.\. done`})
+	checkStopped(t, workDir)
+	checkNoRaces(t, workDir)
+	checkNoPluginErrors(t, workDir)
+}
+
+// waitOutput waits until the output has a line matching re (multi-line mode).
+func waitOutput(ctx context.Context, t *testing.T, out *syncBuffer, re string) {
+	t.Helper()
+	r := regexp.MustCompile(`(?m)` + re)
+	if err := poll(ctx, 2*time.Minute, func() bool { return r.MatchString(out.String()) }); err != nil {
+		t.Fatalf("kubedevice dev printed no line matching %s: %v", re, err)
+	}
+}
+
+// checkNoPluginErrors fails when the agent logged a plugin's stream ending, a plugin's restart
+// or stop, as an error.
+func checkNoPluginErrors(t *testing.T, workDir string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(workDir, "logs", "kubedevice-agent.log"))
+	if err != nil {
+		t.Fatalf("reading the agent's log: %v", err)
+	}
+	ended := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.Contains(line, "ListAndWatch") {
+			continue
+		}
+		if strings.Contains(line, `"level":"error"`) || strings.Contains(line, "stacktrace") {
+			t.Errorf("the agent logs a plugin's stream ending as an error: %s", line)
+		}
+		if strings.Contains(line, "ListAndWatch stream of device plugin ended") && strings.Contains(line, `"level":"info"`) {
+			ended++
+		}
+	}
+	// alpha and beta, each stopped twice.
+	if ended < 4 {
+		t.Errorf("the agent logged %d ends of a plugin's stream at info level, want at least 4", ended)
+	}
 }
 
 // descendants returns the processes below pid, by pid, with their names.

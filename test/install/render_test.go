@@ -43,7 +43,7 @@ import (
 const (
 	// namespace is where config/default installs, and the namespace the chart is rendered for.
 	namespace = "kubedevice-system"
-	// releaseName is the Helm release name the README uses.
+	// releaseName is the Helm release name docs/install.md uses.
 	releaseName = "kubedevice"
 )
 

@@ -306,8 +306,8 @@ func TestImagePathsAgree(t *testing.T) {
 // omittedFlags are the flags of the agent and the controller that the installs leave at their
 // defaults on purpose: the in-cluster configuration, logging, --nri-host-root (the agent sees
 // the host's /dev at /dev), --allocate-policy (an administrator's opt-in file, mounted by
-// them; without it the agent checks the structure of Allocate responses only: docs/design.md,
-// "Trust model"), and --topology-policy-options (none means the kubelet's defaults; the chart
+// them; without it the agent checks the structure of Allocate responses only:
+// docs/decisions/0021-trust-model-for-device-plugins.md), and --topology-policy-options (none means the kubelet's defaults; the chart
 // passes agent.topologyPolicyOptions only when set, and config/agent shows it commented out).
 var omittedFlags = map[string]bool{
 	"allocate-policy":         true,

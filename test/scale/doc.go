@@ -18,6 +18,6 @@ limitations under the License.
 // (envtest, the binaries of bin/k8s) at the node counts of the performance targets: cold start,
 // failover, steady state and churn, counting every API write the controller makes; and the node
 // agent with a plugin of 10 000 devices (register, restart) or 100 000 (rejected), counting its
-// writes. Run it with `make bench-scale`; it is not part of `make test`. See docs/design.md,
+// writes. Run it with `make bench-scale`; it is not part of `make test`. See docs/performance.md,
 // "Scale".
 package scale

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
@@ -115,6 +116,9 @@ type Options struct {
 	Gate *kube.Gate
 	// Clock drives the pacing, the settling queue and the conditions.
 	Clock clock.WithTicker
+	// Recorder reports a refused device list with a Warning Event on the resource's NodeDevice
+	// (once per distinct refusal); nil reports none.
+	Recorder recorder.EventRecorder
 }
 
 // reconciler mirrors the core's resources into NodeDevices. Its work queue is keyed by resource
@@ -133,6 +137,8 @@ type reconciler struct {
 	// injects is false when the agent injects nothing (observe mode): no NodeDevice carries
 	// RuntimeInjectionReady, not even one a managing agent wrote before.
 	injects bool
+	// rejections reports refused device lists with Events.
+	rejections *rejectionEvents
 }
 
 // Setup adds the NodeDevice mirror to mgr, whose cache must hold the node's NodeDevices and its
@@ -150,6 +156,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		cordons:   newCordonPush(opts.Cordons),
 		pace:      newPacer(opts.WriteInterval, opts.Clock),
 		written:   kube.NewWritten(opts.Clock),
+
+		rejections: newRejectionEvents(opts.Recorder),
 	}
 	if err := mgr.Add(deviceInfoRunnable{src: &deviceInfoSource{node: opts.NodeName, core: opts.Core}}); err != nil {
 		return fmt.Errorf("adding the %s metric: %w", DeviceInfoMetric, err)
@@ -210,6 +218,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r.Injection.Served(resource, ok)
 	if !ok {
 		r.cordons.forget(resource)
+		r.rejections.forget(resource)
 		n, err := r.deleteAll(ctx, existing)
 		writes += n
 		return reconcile.Result{}, err
@@ -230,6 +239,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	}
+	r.rejections.report(snap, keep)
 	for _, nd := range remove {
 		r.written.Wrote(client.ObjectKeyFromObject(nd))
 		if err := kube.Delete(ctx, r.client, kube.NodeDeviceGVK.Kind, nd); err != nil {

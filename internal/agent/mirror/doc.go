@@ -29,7 +29,10 @@ limitations under the License.
 // each its own step of the reconcile: the administrators' cordons of every shard
 // (NodeDevice.spec.cordons) are handed to the core (cordons.go, through Cordoner), and runtime
 // injection is told whether the core serves the resource and whether its plugin requires
-// PreStartContainer (through Injection), before the NRI hook admits containers by it.
+// PreStartContainer (through Injection), before the NRI hook admits containers by it. When the
+// core refused a plugin's latest device list, the first shard's Healthy condition says so
+// (DeviceListRejected) and a Warning Event of that reason is recorded on it, once per distinct
+// refusal (events.go).
 //
 // It owns the NodeDevices' metadata, spec and the status the agent writes. It may not allocate
 // or free, nor touch DeviceAllocations, pods, the NRI index or the PreStartContainer grants but

@@ -29,7 +29,7 @@ import (
 // DeviceInfoMetric is the name of the per-device info metric: one series per device of the node,
 // valued 1, whose labels say what the NodeDevices say of it. It lets a device exporter's metrics
 // (dcgm-exporter and the like, keyed by device ID) be joined to the pod holding the device
-// without PodResources plumbing; the README shows the PromQL.
+// without PodResources plumbing; docs/observe.md shows the PromQL.
 const DeviceInfoMetric = "kubedevice_agent_device_info"
 
 var deviceInfoDesc = prometheus.NewDesc(DeviceInfoMetric,

@@ -29,7 +29,7 @@ limitations under the License.
 // kube shares with the allocation flow, and releases it when the pod ends.
 //
 // What the kubelet does not say (which devices are unhealthy, why, whether a plugin is gone) and
-// what the package does about it is in docs/design.md, "Observe mode".
+// what the package does about it is in docs/observe.md, "How observe mode works".
 //
 // It imports kube and the core's types, never another flow; it writes nothing on the node.
 package observe

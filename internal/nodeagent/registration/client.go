@@ -110,13 +110,16 @@ func (c *client) listAndWatch(h Handler) error {
 	}
 }
 
+// logStreamEnd logs why the stream ended. A plugin that ends its stream, restarts or stops is a
+// plugin's normal life, not an error of the agent: info, with the resource and the endpoint
+// (socketPath) the logger carries, and the plugin's error, if any.
 func (c *client) logStreamEnd(err error) {
 	logger := klog.FromContext(c.ctx)
 	if c.ctx.Err() != nil {
 		logger.V(2).Info("ListAndWatch stopped for device plugin")
 		return
 	}
-	logger.Error(err, "ListAndWatch ended unexpectedly for device plugin")
+	logger.Info("ListAndWatch stream of device plugin ended; it must register again", "err", err)
 }
 
 // close ends the stream and the connection. It is idempotent and does not

@@ -24,6 +24,7 @@ package testplugin
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -39,6 +40,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 // Fault is one rule the plugin breaks.
@@ -86,6 +88,12 @@ const (
 	// StaleStreamAfterRestart sends its changes to its first ListAndWatch stream only: after the
 	// kubelet restart they go nowhere (old goroutines that swallow changes).
 	StaleStreamAfterRestart Fault = "stale-stream-after-restart"
+	// DeviceOutsideDev answers device nodes outside /dev in the container (/testplugin/<id>):
+	// the kubelet would pass them on, kubedevice's agent refuses the allocation.
+	DeviceOutsideDev Fault = "device-outside-dev"
+	// SecondNoReregistration, with TwoResources, registers only the first resource again after
+	// the kubelet restart.
+	SecondNoReregistration Fault = "second-no-reregistration"
 )
 
 // Quirks are legitimately unusual behaviours: with one of them the plugin still passes every
@@ -110,6 +118,14 @@ const (
 	// EnvOnly answers Allocate with environment variables only: no mount, device node or CDI
 	// device.
 	EnvOnly Fault = "env-only"
+	// TwoResources serves a second resource, SecondResourceName, on a socket of its own
+	// (SecondSocketName) from the same process, as a GPU plugin serves one resource per GPU model.
+	TwoResources Fault = "two-resources"
+	// ViaPluginWatcher registers through the kubelet's plugin watcher: the plugin's directory is
+	// then the plugins registry directory, where its socket serves the pluginregistration
+	// Registration service (GetInfo, type DevicePlugin) beside the device plugin service, as the
+	// kubelet's own stub plugin does; it never calls Register on kubelet.sock.
+	ViaPluginWatcher Fault = "via-plugin-watcher"
 )
 
 const (
@@ -117,6 +133,9 @@ const (
 	ResourceName = "example.com/testplugin"
 	// SocketName is its socket's file name.
 	SocketName = "testplugin.sock"
+	// SecondResourceName and SecondSocketName are the second resource's, with TwoResources.
+	SecondResourceName = "example.com/testplugin-b"
+	SecondSocketName   = "testplugin-b.sock"
 	// Devices is how many devices it lists, dev-0 to dev-3: enough for the checker to tell a
 	// preferred allocation that ignores must_include from one that honours it.
 	Devices = 4
@@ -127,8 +146,13 @@ const (
 // Plugin is the test plugin.
 type Plugin struct {
 	v1beta1.UnimplementedDevicePluginServer
-	dir    string
-	faults map[Fault]bool
+	registerapi.UnimplementedRegistrationServer
+	dir      string
+	resource string
+	socket   string
+	faults   map[Fault]bool
+	// second is the second resource's plugin, with TwoResources.
+	second *Plugin
 
 	mu      sync.Mutex
 	devices []*v1beta1.Device
@@ -139,11 +163,33 @@ type Plugin struct {
 	quit   chan struct{}
 }
 
-// New returns a plugin for the plugin directory dir that breaks the rules faults name.
+// New returns a plugin for the plugin directory dir (the plugins registry directory with
+// ViaPluginWatcher) that breaks the rules faults name.
 func New(dir string, faults ...Fault) *Plugin {
-	p := &Plugin{dir: dir, faults: map[Fault]bool{}, streams: map[chan []*v1beta1.Device]bool{}, quit: make(chan struct{})}
+	p := newPlugin(dir, ResourceName, SocketName, faults)
+	if p.faults[TwoResources] {
+		var second []Fault
+		for _, f := range faults {
+			if f != TwoResources && f != SecondNoReregistration {
+				second = append(second, f)
+			}
+		}
+		if p.faults[SecondNoReregistration] {
+			second = append(second, NoReregistration)
+		}
+		p.second = newPlugin(dir, SecondResourceName, SecondSocketName, second)
+	}
+	return p
+}
+
+func newPlugin(dir, resource, socket string, faults []Fault) *Plugin {
+	p := &Plugin{dir: dir, resource: resource, socket: socket, faults: map[Fault]bool{},
+		streams: map[chan []*v1beta1.Device]bool{}, quit: make(chan struct{})}
 	for _, f := range faults {
 		p.faults[f] = true
+	}
+	if p.faults[BadResourceName] {
+		p.resource = "testplugin"
 	}
 	for i := range Devices {
 		id := fmt.Sprintf("dev-%d", i)
@@ -163,25 +209,35 @@ func New(dir string, faults ...Fault) *Plugin {
 
 func (p *Plugin) socketPath() string {
 	if p.faults[SocketElsewhere] {
-		return filepath.Join(p.dir+".elsewhere", SocketName)
+		return filepath.Join(p.dir+".elsewhere", p.socket)
 	}
 	if p.faults[EndpointInSubdir] {
-		return filepath.Join(p.dir, "sub", SocketName)
+		return filepath.Join(p.dir, "sub", p.socket)
 	}
-	return filepath.Join(p.dir, SocketName)
+	return filepath.Join(p.dir, p.socket)
 }
 
 func (p *Plugin) endpoint() string {
 	if p.faults[SocketElsewhere] {
-		return SocketName
+		return p.socket
 	}
 	rel, _ := filepath.Rel(p.dir, p.socketPath())
 	return rel
 }
 
 // Run serves and registers until ctx ends, registering again whenever kubelet.sock is created
-// again or its socket is removed; then it removes its socket.
+// again or its socket is removed; then it removes its socket. With TwoResources it runs the
+// second resource's plugin beside it.
 func (p *Plugin) Run(ctx context.Context) error {
+	if p.second == nil {
+		return p.run(ctx)
+	}
+	errs := make(chan error, 1)
+	go func() { errs <- p.second.run(ctx) }()
+	return errors.Join(p.run(ctx), <-errs)
+}
+
+func (p *Plugin) run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(p.socketPath()), 0o750); err != nil {
 		return err
 	}
@@ -200,7 +256,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 	}()
 	kubelet := filepath.Join(p.dir, "kubelet.sock")
-	registered := p.register(ctx)
+	// Through the plugin watcher, the kubelet finds the socket: there is nothing to call.
+	registered := p.faults[ViaPluginWatcher] || p.register(ctx)
 	lastKubelet := inode(kubelet)
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
@@ -218,9 +275,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 			if server, err = p.serve(); err != nil {
 				return err
 			}
-			registered = false
+			registered = p.faults[ViaPluginWatcher]
 		}
-		if k := inode(kubelet); k != lastKubelet {
+		if k := inode(kubelet); k != lastKubelet && !p.faults[ViaPluginWatcher] {
 			lastKubelet, registered = k, false
 		}
 		if !registered && lastKubelet != "" {
@@ -241,6 +298,9 @@ func (p *Plugin) serve() (*grpc.Server, error) {
 	}
 	s := grpc.NewServer()
 	v1beta1.RegisterDevicePluginServer(s, p)
+	if p.faults[ViaPluginWatcher] {
+		registerapi.RegisterRegistrationServer(s, p)
+	}
 	go func() { _ = s.Serve(ln) }()
 	return s, nil
 }
@@ -251,15 +311,13 @@ func (p *Plugin) register(ctx context.Context) bool {
 		return true
 	}
 	req := &v1beta1.RegisterRequest{
-		Version: v1beta1.Version, Endpoint: p.endpoint(), ResourceName: ResourceName,
+		Version: v1beta1.Version, Endpoint: p.endpoint(), ResourceName: p.resource,
 		Options: p.options(),
 	}
 	if p.faults[BadVersion] {
 		req.Version = "v1alpha1"
 	}
-	if p.faults[BadResourceName] {
-		req.ResourceName = "testplugin"
-	}
+
 	if p.faults[OptionsMismatch] {
 		req.Options = &v1beta1.DevicePluginOptions{PreStartRequired: !req.Options.PreStartRequired}
 	}
@@ -277,6 +335,27 @@ func (p *Plugin) register(ctx context.Context) bool {
 
 func (p *Plugin) options() *v1beta1.DevicePluginOptions {
 	return &v1beta1.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true}
+}
+
+// GetInfo answers the plugin watcher, with ViaPluginWatcher: a device plugin for the resource,
+// served on this socket.
+func (p *Plugin) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.DevicePlugin, Name: p.resource, SupportedVersions: []string{v1beta1.Version}}, nil
+}
+
+// NotifyRegistrationStatus takes the plugin watcher's verdict.
+func (p *Plugin) NotifyRegistrationStatus(context.Context, *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+// FlipHealthOf flips the health of dev-0 of resource ("" for every resource the process serves).
+func (p *Plugin) FlipHealthOf(resource string) {
+	if resource == "" || resource == p.resource {
+		p.FlipHealth()
+	}
+	if p.second != nil && (resource == "" || resource == p.second.resource) {
+		p.second.FlipHealth()
+	}
 }
 
 // FlipHealth flips the health of dev-0 and sends the new list to every stream.
@@ -438,6 +517,9 @@ func (p *Plugin) Allocate(_ context.Context, req *v1beta1.AllocateRequest) (*v1b
 			dev := &v1beta1.DeviceSpec{ContainerPath: "/dev/testplugin/" + id, HostPath: "/dev/null", Permissions: "rw"}
 			mount := &v1beta1.Mount{ContainerPath: "/var/run/testplugin/" + id, HostPath: "/etc/hostname", ReadOnly: true}
 			cdi := &v1beta1.CDIDevice{Name: "example.com/testplugin=" + id}
+			if p.faults[DeviceOutsideDev] {
+				dev.ContainerPath = "/testplugin/" + id
+			}
 			if p.faults[RelativePath] {
 				mount.ContainerPath = "testplugin/" + id
 			}

@@ -21,6 +21,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -137,5 +138,33 @@ var _ = Describe("Node agent with device IDs that are control characters", func(
 			HaveField("Reason", kdv1alpha1.ReasonDeviceListRejected),
 			HaveField("Message", ContainSubstring(`device ID "\x00" is listed more than once`)),
 		)))
+	})
+
+	It("reports a refused list with a Warning event on the NodeDevice, once per distinct refusal", func() {
+		n := newNodeAgent(0)
+		dup := func(id string) []*pluginapi.Device {
+			return []*pluginapi.Device{dptest.Device(id, pluginapi.Healthy), dptest.Device(id, pluginapi.Healthy)}
+		}
+		p := n.plugin(gopher, dup("\x00"))
+		n.register(p)
+		var nd *kdv1alpha1.NodeDevice
+		Eventually(func() (err error) { nd, err = n.nodeDevice(gopher, 0)(); return err }).Should(Succeed())
+		rejected := func(value string) OmegaMatcher {
+			return And(
+				HaveField("Type", corev1.EventTypeWarning),
+				HaveField("Reason", kdv1alpha1.ReasonDeviceListRejected),
+				HaveField("Note", ContainSubstring(`device ID %q is listed more than once`, value)),
+			)
+		}
+		Eventually(eventsFor(nd.UID)).Should(ContainElement(rejected("\x00")))
+		// The plugin sends the same bad list again and again: no more events.
+		for range 5 {
+			p.Update(dup("\x00"))
+		}
+		n.settle()
+		Expect(eventsFor(nd.UID)()).To(ConsistOf(rejected("\x00")))
+		// Another refusal is news.
+		p.Update(dup("\x01"))
+		Eventually(eventsFor(nd.UID)).Should(ConsistOf(rejected("\x00"), rejected("\x01")))
 	})
 })

@@ -43,7 +43,7 @@ import (
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
 
-// The fault scenarios of the reliability matrix (docs/design.md, "Reliability") that run against
+// The fault scenarios of the reliability matrix (docs/reliability.md, "The fault matrix") that run against
 // the in-process agent; the SIGKILL ones are in test/crash.
 
 // without returns devs without the device id.
