@@ -29,11 +29,17 @@ ETCD_VERSION ?= v3.7.3
 HELM_VERSION ?= v4.3.1
 # v5.8.3 needs Go 1.27; v5.8.2 is the newest that builds with the project's Go 1.26.
 KUSTOMIZE_VERSION ?= v5.8.2
+# promtool (make test-rules) and the prometheus server (make e2e-node's real Prometheus) are built
+# with go install from the module github.com/prometheus/prometheus, whose v0.316.0 is Prometheus
+# 3.16.0 (go 1.26.7 in its go.mod).
+PROMETHEUS_VERSION ?= v0.316.0
 
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 HELM ?= $(LOCALBIN)/helm
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
+PROMTOOL ?= $(LOCALBIN)/promtool
+PROMETHEUS ?= $(LOCALBIN)/prometheus
 
 ## The version: the chart's appVersion (charts/kubedevice/Chart.yaml), which is the image's tag and
 ## what config/default deploys, and what every binary says (`kubedevice version`, --version,
@@ -103,11 +109,16 @@ vet: ## Run go vet.
 lint: golangci-lint ## Run golangci-lint (config in .golangci.yml).
 	$(GOLANGCI_LINT) run ./...
 
+.PHONY: monitoring
+monitoring: ## Write the alerting rules and the Grafana dashboard (hack/monitoring) into the chart (charts/kubedevice/files) and the kustomize components (config/components/prometheus-rule, grafana-dashboard).
+	go run ./hack/monitoring
+
 .PHONY: verify
-verify: manifests generate ## Regenerate everything and fail if the tree changed, a file is unformatted or lacks the license header, or a Markdown link is broken.
-	@if [ -n "$$(git status --porcelain -- api config charts/kubedevice/crds)" ]; then \
-		echo "Generated files are out of date; run 'make manifests generate' and commit:"; \
-		git status --porcelain -- api config charts/kubedevice/crds; git diff --stat -- api config charts/kubedevice/crds; exit 1; fi
+verify: manifests generate monitoring ## Regenerate everything and fail if the tree changed, a file is unformatted or lacks the license header, or a Markdown link is broken.
+	@if [ -n "$$(git status --porcelain -- api config charts/kubedevice/crds charts/kubedevice/files)" ]; then \
+		echo "Generated files are out of date; run 'make manifests generate monitoring' and commit:"; \
+		git status --porcelain -- api config charts/kubedevice/crds charts/kubedevice/files; \
+		git diff --stat -- api config charts/kubedevice/crds charts/kubedevice/files; exit 1; fi
 	@unformatted=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then \
 		echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	@hack/boilerplate.sh
@@ -117,11 +128,19 @@ verify: manifests generate ## Regenerate everything and fail if the tree changed
 ##@ Test
 
 .PHONY: test
-test: envtest-assets vet test-unit test-integration test-compat test-e2e plugin-test-kubelet-stub ## Run every test: unit, integration against a real API server (and part of it against the oldest supported one), the demo end to end, then the plugin checker on the kubelet's stub plugin.
+test: envtest-assets vet test-unit test-rules test-integration test-compat test-e2e plugin-test-kubelet-stub ## Run every test: unit, the alerting rules, integration against a real API server (and part of it against the oldest supported one), the demo end to end, then the plugin checker on the kubelet's stub plugin.
 
 .PHONY: test-unit
 test-unit: envtest-assets ## Run the unit tests (real gRPC over unix sockets, -race).
 	go test $(GO_TEST_FLAGS) $(UNIT_PACKAGES)
+
+# test-rules: promtool checks hack/monitoring/rules.yaml and runs its unit tests,
+# hack/monitoring/rules_test.yaml: every alert fires on the series that should fire it, not before
+# its `for`, and stays silent on a healthy node.
+.PHONY: test-rules
+test-rules: promtool ## Check the alerting rules and run their promtool unit tests (hack/monitoring).
+	$(PROMTOOL) check rules hack/monitoring/rules.yaml
+	$(PROMTOOL) test rules hack/monitoring/rules_test.yaml
 
 .PHONY: test-integration
 test-integration: envtest-assets helm kustomize ## Run the envtest suites in test/ against the real kube-apiserver and etcd in bin/k8s (test/install also renders the Helm chart and config/ with bin/helm and bin/kustomize).
@@ -247,8 +266,8 @@ e2e-node-up: ## Install and start the real-node cluster, and leave it up (KUBECO
 	hack/e2e-node/up.sh
 
 .PHONY: e2e-node-test
-e2e-node-test: helm ## Run the real-node e2e suite against the cluster that e2e-node-up started (it builds the binaries and imports the image itself).
-	KUBECONFIG=$(E2E_NODE_KUBECONFIG) E2E_KUBECTL=$(K8S_BIN_DIR)/kubectl E2E_HELM=$(HELM) go test -v -tags e2enode -count=1 -timeout 50m ./test/e2e-node/ -ginkgo.v $(E2E_NODE_TEST_FLAGS)
+e2e-node-test: helm prometheus ## Run the real-node e2e suite against the cluster that e2e-node-up started (it builds the binaries and imports the image itself).
+	KUBECONFIG=$(E2E_NODE_KUBECONFIG) E2E_KUBECTL=$(K8S_BIN_DIR)/kubectl E2E_HELM=$(HELM) E2E_PROMETHEUS=$(PROMETHEUS) go test -v -tags e2enode -count=1 -timeout 50m ./test/e2e-node/ -ginkgo.v $(E2E_NODE_TEST_FLAGS)
 
 .PHONY: e2e-node-down
 e2e-node-down: ## Stop the real-node cluster and restore the host (safe to run twice).
@@ -322,6 +341,18 @@ $(HELM): Makefile
 kustomize: $(KUSTOMIZE)
 $(KUSTOMIZE): Makefile
 	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+
+# promtool tests the alerting rules (make test-rules); the prometheus server scrapes the real node
+# in make e2e-node (test/e2e-node, label prometheus).
+.PHONY: promtool
+promtool: $(PROMTOOL)
+$(PROMTOOL): Makefile
+	$(call go-install-tool,$(PROMTOOL),github.com/prometheus/prometheus/cmd/promtool,$(PROMETHEUS_VERSION))
+
+.PHONY: prometheus
+prometheus: $(PROMETHEUS)
+$(PROMETHEUS): Makefile
+	$(call go-install-tool,$(PROMETHEUS),github.com/prometheus/prometheus/cmd/prometheus,$(PROMETHEUS_VERSION))
 
 # go-install-tool installs $2@$3 as $1, keeping a versioned copy so a version bump reinstalls.
 # go install names the binary after the package path's last element, or the one before it when

@@ -5,6 +5,7 @@
 #   - kubelet, kube-controller-manager and kubectl from k8s.io/kubernetes (hack/build-control-plane.sh),
 #     with etcd, kube-apiserver and kube-scheduler, into bin/k8s
 #   - helm into bin (make helm, at the Makefile's pinned version), for the suite's Helm install
+#   - prometheus into bin (make prometheus, at the Makefile's pinned version), for the suite's real Prometheus
 #   - the image builder hack/e2e-node/mkimage and the pause binary into bin/node
 # Idempotent: what is present at the wanted version is skipped. Needs root (apt-get).
 set -euo pipefail
@@ -67,6 +68,12 @@ timed "Kubernetes components"
 # The suite installs kubedevice with the chart too; the Makefile pins helm's version.
 make -C "${ROOT}" --no-print-directory helm
 timed "helm"
+
+# --- prometheus ---------------------------------------------------------------------------------
+# The suite's prometheus specs run a real Prometheus server scraping the agent and the controller;
+# the Makefile pins its version (go install, about 6 minutes cold on 2 cores).
+make -C "${ROOT}" --no-print-directory prometheus
+timed "prometheus"
 
 # --- image builder and pause --------------------------------------------------------------------
 log "building the image builder and the pause binary"

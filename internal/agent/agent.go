@@ -64,6 +64,7 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 	if opts.Mode == ModeObserve {
 		return setupObserve(mgr, gate, opts)
 	}
+	exportRuntimeInjection(opts.RuntimeInjection)
 	recorder := mgr.GetEventRecorder(FieldOwner)
 
 	injectionOpts := injection.Options{NodeName: opts.NodeName, Core: dm, Gate: gate, Recorder: recorder}

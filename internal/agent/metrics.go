@@ -29,6 +29,23 @@ var checkpointRebuilds = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Rebuilds of a corrupt device manager checkpoint from the node's DeviceAllocations, by result (Rebuilt, Partial: some allocations could not be restored).",
 }, []string{"result"})
 
+// runtimeInjectionMode says how a managing agent injects devices, so an alert on
+// kubedevice_agent_nri_connected (0 with --runtime-injection=none too) can keep to the nodes whose
+// containers need the NRI plugin. An observing agent exports no series.
+var runtimeInjectionMode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "kubedevice_agent_runtime_injection",
+	Help: "1 for the managing agent's --runtime-injection mode (nri, none); absent in observe mode.",
+}, []string{"mode"})
+
 func init() {
-	metrics.Registry.MustRegister(checkpointRebuilds)
+	// Both results exist from the start (0).
+	checkpointRebuilds.WithLabelValues("Rebuilt")
+	checkpointRebuilds.WithLabelValues("Partial")
+	metrics.Registry.MustRegister(checkpointRebuilds, runtimeInjectionMode)
+}
+
+// exportRuntimeInjection makes mode the one series of kubedevice_agent_runtime_injection.
+func exportRuntimeInjection(mode RuntimeInjection) {
+	runtimeInjectionMode.Reset()
+	runtimeInjectionMode.WithLabelValues(string(mode)).Set(1)
 }

@@ -29,7 +29,9 @@ limitations under the License.
 //     on with the object), and keeps the AgentReady condition in line with the agent's Lease: the
 //     agent seeds it True with a shard's first status, the controller (server-side apply, field
 //     owner kubedevice-controller) writes False when the Lease expires and True when it is back,
-//     and True on a shard whose agent wrote its status without it.
+//     and True on a shard whose agent wrote its status without it. The same judgement of each
+//     node's Lease is the gauge kubedevice_node_agent_ready, collected from the cache at each
+//     scrape (agent_metric.go).
 //   - deviceallocation (per DeviceAllocation): deletes allocations whose pod and agent are both
 //     gone, and marks live allocations holding the same device with a Conflict condition and a
 //     Warning event.

@@ -188,5 +188,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}).setupWithManager(mgr, ctrlOpts); err != nil {
 		return fmt.Errorf("setting up the DeviceClass controller: %w", err)
 	}
+	if err := mgr.Add(agentReadyRunnable{&agentReadySource{client: mgr.GetClient(), leases: leases, clock: opts.Clock}}); err != nil {
+		return fmt.Errorf("adding the agent readiness metric: %w", err)
+	}
 	return nil
 }

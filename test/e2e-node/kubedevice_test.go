@@ -323,6 +323,8 @@ var _ = Describe("kubedevice on the real node", func() {
 		}, SpecTimeout(5*time.Minute))
 	})
 
+	// A real Prometheus scraping the install, its alerts and the dashboard (prometheus_test.go).
+	describePrometheus()
 	describeDRA()
 	describeNodeEvents()
 

@@ -59,7 +59,8 @@ limitations under the License.
 // checkpoint.
 //
 // It owns the pod controller, the DeviceAllocation's status (status.go, pure functions) and the
-// metric kubedevice_agent_allocation_failures_total. It may not touch NodeDevices, the NRI index
+// metrics kubedevice_agent_allocation_failures_total and kubedevice_agent_refused_pods (the pods
+// refused now, which the refusal pacer knows). It may not touch NodeDevices, the NRI index
 // or the PreStartContainer grants but through its Injection and PreStart interfaces, nor any
 // method of the core but those of its Core interface.
 package allocation

@@ -19,6 +19,8 @@ package allocation
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
 // allocationFailures counts refused pod allocations, by DeviceAllocation condition reason.
@@ -27,6 +29,20 @@ var allocationFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Pod device allocations the device manager refused, by reason (InsufficientDevices, PluginUnavailable, AllocateFailed, TopologyAffinityError).",
 }, []string{"reason"})
 
+// refusedPods is the number of the node's pods whose DeviceAllocation says a refusal now: the pods
+// the refusal pacer knows, from their first refusal written until they are allocated, end or go.
+// Alerts read it as "pods have waited for devices for N minutes".
+var refusedPods = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name: "kubedevice_agent_refused_pods",
+	Help: "Pods of the node whose DeviceAllocation says their devices were refused (Allocated=False) and that are still waiting for them.",
+})
+
 func init() {
-	metrics.Registry.MustRegister(allocationFailures)
+	// Every reason's series exists from the start (0), so a dashboard or an alert sees the first
+	// refusal as an increase.
+	for _, reason := range []nodeagent.AllocationReason{nodeagent.AllocationInsufficientDevices, nodeagent.AllocationPluginUnavailable,
+		nodeagent.AllocationAllocateFailed, nodeagent.AllocationTopologyAffinityError} {
+		allocationFailures.WithLabelValues(string(reason))
+	}
+	metrics.Registry.MustRegister(allocationFailures, refusedPods)
 }

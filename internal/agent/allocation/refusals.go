@@ -73,6 +73,9 @@ func (p *refusalPacer) wrote(key types.NamespacedName, uid types.UID, first bool
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w, ok := p.pods[key]
+	if !ok {
+		refusedPods.Inc()
+	}
 	switch {
 	case first || !ok || w.uid != uid:
 		w = refusalWrites{uid: uid, interval: refusalFirstInterval}
@@ -87,5 +90,8 @@ func (p *refusalPacer) wrote(key types.NamespacedName, uid types.UID, first bool
 func (p *refusalPacer) forget(key types.NamespacedName) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.pods, key)
+	if _, ok := p.pods[key]; ok {
+		refusedPods.Dec()
+		delete(p.pods, key)
+	}
 }

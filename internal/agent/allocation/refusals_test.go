@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -89,5 +90,32 @@ func TestRefusalPacer(t *testing.T) {
 				t.Errorf("waits (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestRefusedPodsGauge checks kubedevice_agent_refused_pods counts each refused pod once, however
+// often its refusal is rewritten, and drops it when it is forgotten (allocated, ended or gone).
+func TestRefusedPodsGauge(t *testing.T) {
+	p := newRefusalPacer(clocktesting.NewFakeClock(t0))
+	base := promtestutil.ToFloat64(refusedPods)
+	a := types.NamespacedName{Namespace: "ns", Name: "a"}
+	b := types.NamespacedName{Namespace: "ns", Name: "b"}
+	steps := []struct {
+		do   func()
+		want float64
+	}{
+		{func() { p.wrote(a, "a1", true) }, 1},
+		{func() { p.wrote(a, "a1", false) }, 1},
+		{func() { p.wrote(a, "a2", true) }, 1},
+		{func() { p.wrote(b, "b1", true) }, 2},
+		{func() { p.forget(a) }, 1},
+		{func() { p.forget(a) }, 1},
+		{func() { p.forget(b) }, 0},
+	}
+	for i, s := range steps {
+		s.do()
+		if got := promtestutil.ToFloat64(refusedPods) - base; got != s.want {
+			t.Errorf("step %d: kubedevice_agent_refused_pods = %v more than before, want %v", i, got, s.want)
+		}
 	}
 }

@@ -47,7 +47,8 @@ limitations under the License.
 // <CDIDir>/kubedevice.io-device_<claim UID>.json) carries each response's envs, device nodes and
 // mounts; the CDI devices the plugin returned itself are passed on; annotations have no CDI
 // equivalent and are dropped with a log line. Unprepare removes the spec and frees the devices.
-// Both are idempotent, and survive an agent restart: the core's checkpoint holds the claims.
+// Both are idempotent, and survive an agent restart: the core's checkpoint holds the claims. Each
+// claim's preparation is counted by result in kubedevice_agent_dra_prepare_total (metrics.go).
 //
 // The flow uses the core only through its Core interface, and imports no other flow nor
 // internal/agent.

@@ -60,6 +60,7 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		devices, err := d.prepare(ctx, claim)
+		countPrepare(err)
 		out[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
 	}
 	return out, nil

@@ -29,6 +29,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -219,9 +220,13 @@ func TestPrepareUnprepare(t *testing.T) {
 	n.plugin(gopher, "gopher-0", "gopher-1", "Gopher_2")
 	c := claim("aaaaaaaa-0000-4000-8000-000000000001", "c1", gopher, map[string][]string{"a": {"gopher-1"}, "b": {"Gopher_2", "gopher-0"}})
 
+	successes := promtestutil.ToFloat64(prepares.WithLabelValues(prepareSuccess))
 	res := n.prepare(c)
 	if res.Err != nil {
 		t.Fatal(res.Err)
+	}
+	if got := promtestutil.ToFloat64(prepares.WithLabelValues(prepareSuccess)) - successes; got != 1 {
+		t.Errorf("kubedevice_agent_dra_prepare_total{result=success} grew by %v, want 1", got)
 	}
 	// One Allocate per request, with exactly its devices.
 	if diff := cmp.Diff([][]string{{"gopher-1"}, {"Gopher_2", "gopher-0"}}, n.allocateCalls()); diff != "" {
@@ -313,6 +318,8 @@ func TestPrepareSurvivesRestart(t *testing.T) {
 
 // TestPrepareFailure: a failing Allocate fails the claim with the plugin's message, no spec.
 func TestPrepareFailure(t *testing.T) {
+	failures := promtestutil.ToFloat64(prepares.WithLabelValues(prepareFailure))
+	successes := promtestutil.ToFloat64(prepares.WithLabelValues(prepareSuccess))
 	n := newNode(t, "")
 	p := n.plugin(gopher, "gopher-0")
 	p.SetAllocateFunc(func(*pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
@@ -339,6 +346,13 @@ func TestPrepareFailure(t *testing.T) {
 	bad := claim("aaaaaaaa-0000-4000-8000-000000000005", "c5", gopher, map[string][]string{"r": {"nope"}})
 	if r := n.prepare(bad); r.Err == nil || !strings.Contains(r.Err.Error(), "not one of the agent's devices") {
 		t.Errorf("prepare of an unknown device = %v", r.Err)
+	}
+	// Each failed claim is counted once, and none as a success.
+	if got := promtestutil.ToFloat64(prepares.WithLabelValues(prepareFailure)) - failures; got != 3 {
+		t.Errorf("kubedevice_agent_dra_prepare_total{result=failure} grew by %v, want 3", got)
+	}
+	if got := promtestutil.ToFloat64(prepares.WithLabelValues(prepareSuccess)) - successes; got != 0 {
+		t.Errorf("kubedevice_agent_dra_prepare_total{result=success} grew by %v, want 0", got)
 	}
 }
 
