@@ -339,6 +339,6 @@ var _ = Describe("DeviceAllocation API", func() {
 		Expect(rowFor(table, da.Name)[1:6]).To(Equal([]string{
 			"cols-gopher-pod", "cols-node-1", "example.com/gopher=gopher-0", "True", "False",
 		}))
-		Expect(rowFor(table, old.Name)[4:6]).To(Equal([]string{"True", "<nil>"}), "kubectl prints <none>")
+		Expect(rowFor(table, old.Name)[4:6]).To(Equal([]string{"True", "<nil>"}), "no cell: kubectl prints it empty")
 	})
 })

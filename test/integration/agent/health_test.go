@@ -137,6 +137,15 @@ func holding(id, reason string, containers ...string) OmegaMatcher {
 		HaveField("Containers", Equal(containers)), HaveField("LastTransitionTime", Not(BeNil())))
 }
 
+// sameAllocation matches a DeviceAllocation that lists what da lists, with the same Allocated
+// condition: only its devices' health may have changed.
+func sameAllocation(da *kdv1alpha1.DeviceAllocation) OmegaMatcher {
+	return And(HaveField("Status.Summary", da.Status.Summary), HaveField("Status.Containers", Equal(da.Status.Containers)),
+		WithTransform(func(got *kdv1alpha1.DeviceAllocation) *metav1.Condition {
+			return condition(got.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated)
+		}, Equal(condition(da.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated))))
+}
+
 var _ = Describe("Device health where the pod's owner looks", func() {
 	var ns string
 	BeforeEach(func() { ns = newNamespace() })
