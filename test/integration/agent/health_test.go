@@ -107,13 +107,13 @@ func healthEvents(pod *corev1.Pod, reason string) func() ([]string, error) {
 	}
 }
 
-// withHealth returns devs with device id's health set to health.
-func withHealth(devs []*pluginapi.Device, id, health string) []*pluginapi.Device {
+// withUnhealthy returns devs with device id unhealthy.
+func withUnhealthy(devs []*pluginapi.Device, id string) []*pluginapi.Device {
 	out := make([]*pluginapi.Device, len(devs))
 	for i, d := range devs {
 		out[i] = d
 		if d.GetID() == id {
-			out[i] = dptest.Device(id, health)
+			out[i] = dptest.Device(id, pluginapi.Unhealthy)
 		}
 	}
 	return out
@@ -174,7 +174,7 @@ var _ = Describe("Device health where the pod's owner looks", func() {
 
 		By("a device no pod holds turning unhealthy: no DeviceAllocation is written")
 		free := unheld(devs, append(trainerIDs, serverIDs...)...)
-		p.Update(withHealth(devs, free, pluginapi.Unhealthy))
+		p.Update(withUnhealthy(devs, free))
 		Eventually(func() (kdv1alpha1.DeviceHealth, error) {
 			nd, err := n.nodeDevice(gopher, 0)()
 			if err != nil || deviceStatus(nd, free) == nil {
@@ -193,7 +193,7 @@ var _ = Describe("Device health where the pod's owner looks", func() {
 		serverDA, err := deviceAllocation(server)()
 		Expect(err).NotTo(HaveOccurred())
 		before = n.writes.allocations()
-		p.Update(withHealth(devs, sick, pluginapi.Unhealthy))
+		p.Update(withUnhealthy(devs, sick))
 		Eventually(healthCell(trainer)).Should(Equal("False"))
 		Expect(unhealthyDevices(trainer)()).To(ConsistOf(holding(sick, kdv1alpha1.DeviceReasonPluginReportedUnhealthy, "app")))
 		da, err := deviceAllocation(trainer)()
@@ -220,7 +220,7 @@ var _ = Describe("Device health where the pod's owner looks", func() {
 
 		By("a device of each pod turning unhealthy in one update: two writes, one per DeviceAllocation")
 		before = n.writes.allocations()
-		p.Update(withHealth(withHealth(devs, trainerIDs[1], pluginapi.Unhealthy), serverIDs[0], pluginapi.Unhealthy))
+		p.Update(withUnhealthy(withUnhealthy(devs, trainerIDs[1]), serverIDs[0]))
 		Eventually(unhealthyDevices(trainer)).Should(ConsistOf(holding(trainerIDs[1], kdv1alpha1.DeviceReasonPluginReportedUnhealthy, "app")))
 		Eventually(unhealthyDevices(server)).Should(ConsistOf(holding(serverIDs[0], kdv1alpha1.DeviceReasonPluginReportedUnhealthy, "app")))
 		Eventually(healthEvents(server, kdv1alpha1.EventReasonDeviceUnhealthy)).Should(HaveLen(1))
@@ -229,7 +229,7 @@ var _ = Describe("Device health where the pod's owner looks", func() {
 
 		By("the plugin restarting: nothing new is known of the devices, no DeviceAllocation is written")
 		before = n.writes.allocations()
-		sickDevs := withHealth(withHealth(devs, trainerIDs[1], pluginapi.Unhealthy), serverIDs[0], pluginapi.Unhealthy)
+		sickDevs := withUnhealthy(withUnhealthy(devs, trainerIDs[1]), serverIDs[0])
 		p.Stop()
 		Eventually(n.nodeDevice(gopher, 0)).Should(HaveField("Status.Plugin.State", kdv1alpha1.PluginStateDisconnected))
 		n.settle()
