@@ -26,9 +26,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
@@ -47,7 +49,8 @@ func (r *reconciler) stamp(want kdv1alpha1.DeviceAllocationStatus, current *kdv1
 func (r *reconciler) healthChanged(ctx context.Context, resources []string) []types.NamespacedName {
 	r.health.refresh(resources)
 	list := &kdv1alpha1.DeviceAllocationList{}
-	if err := r.client.List(ctx, list); err != nil {
+	// Read only, never modified: the cache's objects need not be copied at every change.
+	if err := r.client.List(ctx, list, client.MatchingFields{indexer.DeviceAllocationNodeName: r.NodeName}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the DeviceAllocations whose devices' health changed")
 		return nil
 	}

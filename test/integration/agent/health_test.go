@@ -193,16 +193,19 @@ var _ = Describe("Device health where the pod's owner looks", func() {
 		serverDA, err := deviceAllocation(server)()
 		Expect(err).NotTo(HaveOccurred())
 		before = n.writes.allocations()
+		flipped := time.Now()
 		p.Update(withUnhealthy(devs, sick))
-		Eventually(healthCell(trainer)).Should(Equal("False"))
+		Eventually(healthCell(trainer)).WithPolling(time.Millisecond).Should(Equal("False"))
+		AddReportEntry("The plugin reports a held device Unhealthy → kubectl get da shows Healthy False", time.Since(flipped).String())
 		Expect(unhealthyDevices(trainer)()).To(ConsistOf(holding(sick, kdv1alpha1.DeviceReasonPluginReportedUnhealthy, "app")))
 		da, err := deviceAllocation(trainer)()
 		Expect(err).NotTo(HaveOccurred())
 		Expect(condition(da.Status.Conditions, kdv1alpha1.DeviceAllocationHealthy)).To(HaveValue(And(
 			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", kdv1alpha1.ReasonUnhealthyDevices),
 			HaveField("Message", ContainSubstring(sick)))))
-		Eventually(healthEvents(trainer, kdv1alpha1.EventReasonDeviceUnhealthy)).Should(ConsistOf(
+		Eventually(healthEvents(trainer, kdv1alpha1.EventReasonDeviceUnhealthy)).WithPolling(time.Millisecond).Should(ConsistOf(
 			"Warning: Container app: device " + sick + " of example.com/gopher is unhealthy: PluginReportedUnhealthy: The device plugin reports the device as \"Unhealthy\"."))
+		AddReportEntry("The plugin reports a held device Unhealthy → the pod's Warning event", time.Since(flipped).String())
 		n.settle()
 		Expect(n.writes.allocations()-before).To(Equal(1), "DeviceAllocation writes for a flip of a device one pod holds")
 		Expect(deviceAllocation(server)()).To(HaveField("ResourceVersion", serverDA.ResourceVersion), "the other pod's DeviceAllocation is not written")
@@ -210,8 +213,10 @@ var _ = Describe("Device health where the pod's owner looks", func() {
 
 		By("healthy again: True, none listed, a Normal event")
 		before = n.writes.allocations()
+		flipped = time.Now()
 		p.Update(devs)
-		Eventually(healthCell(trainer)).Should(Equal("True"))
+		Eventually(healthCell(trainer)).WithPolling(time.Millisecond).Should(Equal("True"))
+		AddReportEntry("The plugin reports it Healthy again → kubectl get da shows Healthy True", time.Since(flipped).String())
 		Expect(unhealthyDevices(trainer)()).To(BeEmpty())
 		Eventually(healthEvents(trainer, kdv1alpha1.EventReasonDeviceHealthy)).Should(ConsistOf(
 			"Normal: Container app: device " + sick + " of example.com/gopher is healthy again (it was PluginReportedUnhealthy)."))
