@@ -290,12 +290,12 @@ func TestDemo(t *testing.T) {
 			`^Starting plugin-1 \.+ +[0-9.]+s +example\.com/author: 2 devices, 2 allocatable$`,
 			`^Creating plugin-pod-1 \.+ +[0-9.]+s +asks for one example\.com/author: bound to demo-node, holds example\.com/author/a-[01]$`,
 			`^demo-node\.example-com-author-[0-9a-f]+ +demo-node +example\.com/author +NodeCapacity +2 +2 +1 +0 +Registered +\d+s$`,
-			`^default +demo-node\.plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/author=a-[01] +True +\d+s$`,
+			`^default +demo-node\.plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/author=a-[01] +True +True +\d+s$`,
 			`^plugin-pod-1 +0/1 +Pending +0 +\d+s +<none> +demo-node +<none> +<none>$`,
 			`^Registering plugin-2 \(a running plugin\) \.+ +[0-9.]+s +example\.com/running: 1 devices, 1 allocatable$`,
 			`^Creating plugin-pod-2 \.+ +[0-9.]+s +asks for one example\.com/running: bound to demo-node, holds example\.com/running/r-0$`,
 			`^demo-node\.example-com-running-[0-9a-f]+ +demo-node +example\.com/running +NodeCapacity +1 +1 +1 +0 +Registered +\d+s$`,
-			`^default +demo-node\.plugin-pod-2-[0-9a-f]+ +plugin-pod-2 +demo-node +example\.com/running=r-0 +True +\d+s$`,
+			`^default +demo-node\.plugin-pod-2-[0-9a-f]+ +plugin-pod-2 +demo-node +example\.com/running=r-0 +True +True +\d+s$`,
 			`^Checked: gopher-pod is bound to demo-node and holds gopher-0`,
 		))
 		checkStopped(t, workDir)
@@ -385,7 +385,7 @@ var authorRestartLines = []string{
 	`^Creating plugin-pod-1-2 \.+ +[0-9.]+s +asks for one example\.com/beta: bound to demo-node, claim plugin-pod-1-2-extended-resources-[a-z0-9]+ allocated b-0$`,
 	`^[0-9]+-kubedevice\.io-demo-node-[a-z0-9]+ +demo-node +kubedevice\.io +example\.com/beta +\d+s$`,
 	`^\$ kubectl get deviceallocations -A$`,
-	`^default +demo-node\.plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/alpha=a-[01] +True +\d+s$`,
+	`^default +demo-node\.plugin-pod-1-[0-9a-f]+ +plugin-pod-1 +demo-node +example\.com/alpha=a-[01] +True +True +\d+s$`,
 	`^Node demo-node advertises example\.com/gopher: capacity <none> \(DRA serves it; no node capacity\)\.$`,
 	`^Node demo-node advertises example\.com/alpha: capacity 2, allocatable 2 \(published by kubedevice-controller\)\.$`,
 	`^Node demo-node advertises example\.com/beta: capacity <none> \(DRA serves it; no node capacity\); kube-scheduler allocated b-0 to plugin-pod-1-2's claim plugin-pod-1-2-extended-resources-[a-z0-9]+\.$`,
