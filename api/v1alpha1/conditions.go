@@ -139,6 +139,10 @@ const (
 	// plugin dropped its ID). It is shown, unhealthy and held, until the pod frees it; it is
 	// never allocated to another pod while held, even if the plugin reports it again.
 	DeviceReasonNotReported = "NotReportedByPlugin"
+	// DeviceReasonResourceRemoved: in a DeviceAllocation's unhealthyDevices, the device's resource
+	// is gone from the node: its plugin did not register again within the grace period. The pod
+	// keeps the device until it ends.
+	DeviceReasonResourceRemoved = "ResourceRemoved"
 )
 
 // DeviceAllocation condition types.
@@ -151,6 +155,12 @@ const (
 	// DeviceAllocationReleased is True once the pod has ended and its devices were freed.
 	// Reasons: ReasonPodTerminated, ReasonPodDeleted.
 	DeviceAllocationReleased = "Released"
+
+	// DeviceAllocationHealthy is True while every device the pod holds is healthy, False while one
+	// is not (status.unhealthyDevices names them, with the reasons); the node agent writes it with
+	// the Allocated condition once the pod holds devices. Reasons: ReasonAllDevicesHealthy,
+	// ReasonUnhealthyDevices.
+	DeviceAllocationHealthy = "Healthy"
 
 	// DeviceAllocationConflict is set by the controller when another live DeviceAllocation holds
 	// one of this allocation's devices. Reason: ReasonDeviceHeldTwice.
@@ -183,6 +193,13 @@ const (
 	// EventReasonDeviceAllocationFailed: Warning on a pod whose devices could not be allocated;
 	// the message is the device manager's, as the kubelet would report it.
 	EventReasonDeviceAllocationFailed = "DeviceAllocationFailed"
+	// EventReasonDeviceUnhealthy: Warning on a pod one of whose devices turned unhealthy (or
+	// unhealthy for another reason); the message names the container, the device and the reason.
+	// Not for the devices of DRA ResourceClaims: the kubelet shows their health in the pod's
+	// status.containerStatuses[].allocatedResourcesStatus.
+	EventReasonDeviceUnhealthy = "DeviceUnhealthy"
+	// EventReasonDeviceHealthy: Normal on a pod one of whose devices is healthy again.
+	EventReasonDeviceHealthy = "DeviceHealthy"
 	// EventReasonCheckpointCorrupt: Warning on a Node whose agent found its checkpoint corrupt,
 	// quarantined it and rebuilt its allocations from the node's DeviceAllocations.
 	EventReasonCheckpointCorrupt = "CheckpointCorrupt"

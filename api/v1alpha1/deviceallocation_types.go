@@ -190,12 +190,66 @@ type DeviceAllocationStatus struct {
 	// +kubebuilder:validation:MaxItems=256
 	Containers []ContainerAllocation `json:"containers,omitempty"`
 
-	// conditions: Allocated, Released, Conflict.
+	// unhealthyDevices lists the devices the pod holds that are not healthy, with the reason, sorted
+	// by resource name and device ID; none when every device is healthy. The Healthy condition
+	// sums it up. A device is listed when its plugin reports it unhealthy
+	// (PluginReportedUnhealthy), when its plugin stopped listing it while the pod holds it
+	// (NotReportedByPlugin), or when its resource is gone from the node because no plugin
+	// registered within the grace period (ResourceRemoved). A plugin that disconnected within its
+	// grace period, or that has not registered again since an agent restart, says nothing new about
+	// its devices: they keep what the plugin last reported (the NodeDevice shows the plugin's
+	// state). A cordoned device is not unhealthy.
+	// +optional
+	// +listType=map
+	// +listMapKey=resourceName
+	// +listMapKey=deviceID
+	// +kubebuilder:validation:MaxItems=1024
+	UnhealthyDevices []UnhealthyDevice `json:"unhealthyDevices,omitempty"`
+
+	// conditions: Allocated, Healthy, Released, Conflict.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// UnhealthyDevice is a device the pod holds that is not healthy.
+type UnhealthyDevice struct {
+	// resourceName is the device's extended resource, for example example.com/gopher.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	ResourceName string `json:"resourceName"`
+
+	// deviceID is the device's ID, as its plugin lists it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	DeviceID string `json:"deviceID"`
+
+	// containers are the pod's containers holding the device, in the pod's order.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	Containers []string `json:"containers,omitempty"`
+
+	// reason is why the device is unhealthy: PluginReportedUnhealthy, NotReportedByPlugin or
+	// ResourceRemoved.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason"`
+
+	// message explains the reason.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// lastTransitionTime is when the device was first seen unhealthy for this reason.
+	// +optional
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
 }
 
 // DeviceAllocation records which device plugin devices a pod's containers hold on its node. It lives
@@ -213,6 +267,7 @@ type DeviceAllocationStatus struct {
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Resources",type=string,JSONPath=`.status.summary`
 // +kubebuilder:printcolumn:name="Allocated",type=string,JSONPath=`.status.conditions[?(@.type=="Allocated")].status`
+// +kubebuilder:printcolumn:name="Healthy",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DeviceAllocation struct {
 	metav1.TypeMeta `json:",inline"`

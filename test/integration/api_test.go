@@ -322,13 +322,23 @@ var _ = Describe("DeviceAllocation API", func() {
 		da.Status.Conditions = []metav1.Condition{{
 			Type: kdv1alpha1.DeviceAllocationAllocated, Status: metav1.ConditionTrue,
 			Reason: kdv1alpha1.ReasonAllocated, LastTransitionTime: metav1.Now(),
+		}, {
+			Type: kdv1alpha1.DeviceAllocationHealthy, Status: metav1.ConditionFalse,
+			Reason: kdv1alpha1.ReasonUnhealthyDevices, LastTransitionTime: metav1.Now(),
 		}}
+		da.Status.UnhealthyDevices = []kdv1alpha1.UnhealthyDevice{{ResourceName: "example.com/gopher", DeviceID: "gopher-0",
+			Containers: []string{"app"}, Reason: kdv1alpha1.DeviceReasonPluginReportedUnhealthy}}
 		Expect(k8sClient.Create(ctx, da)).To(Succeed())
+		// One an agent of 0.1.0 wrote: no Healthy condition.
+		old := testutil.MakeDeviceAllocation("cols-old-pod", ns).Node("cols-node-1").Obj()
+		old.Status.Conditions = da.Status.Conditions[:1]
+		Expect(k8sClient.Create(ctx, old)).To(Succeed())
 
 		table := getTable("/apis/kubedevice.io/v1alpha1/deviceallocations")
-		Expect(columnNames(table)).To(Equal([]string{"Name", "Pod", "Node", "Resources", "Allocated", "Age"}))
-		Expect(rowFor(table, da.Name)[1:5]).To(Equal([]string{
-			"cols-gopher-pod", "cols-node-1", "example.com/gopher=gopher-0", "True",
+		Expect(columnNames(table)).To(Equal([]string{"Name", "Pod", "Node", "Resources", "Allocated", "Healthy", "Age"}))
+		Expect(rowFor(table, da.Name)[1:6]).To(Equal([]string{
+			"cols-gopher-pod", "cols-node-1", "example.com/gopher=gopher-0", "True", "False",
 		}))
+		Expect(rowFor(table, old.Name)[4:6]).To(Equal([]string{"True", "<nil>"}), "no cell: kubectl prints it empty")
 	})
 })

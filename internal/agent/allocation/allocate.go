@@ -71,7 +71,7 @@ func (r *reconciler) allocate(ctx context.Context, req reconcile.Request, pod *c
 	current, upToDate, err := kube.Fresh(ctx, r.apiReader, r.written, kube.DeviceAllocationGVK.Kind,
 		client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))}, cached,
 		func(da *kdv1alpha1.DeviceAllocation) bool {
-			return metaUpToDate(da, pod) && statusUpToDate(da, stamped(want, da))
+			return metaUpToDate(da, pod) && statusUpToDate(da, r.stamp(want, da))
 		})
 	if err != nil {
 		return reconcile.Result{}, err
@@ -139,16 +139,17 @@ func (r *reconciler) refuseDeleting(pod *corev1.Pod) bool {
 }
 
 // record writes pod's DeviceAllocation, current (nil: none yet) not saying what want says: its
-// metadata, spec and status (want stamped for the object) in one apply; a refusal newly recorded is
-// reported.
+// metadata, spec and status (want with its devices' health, stamped for the object) in one apply;
+// a change of a device's health and a refusal newly recorded are reported.
 func (r *reconciler) record(ctx context.Context, pod *corev1.Pod, current *kdv1alpha1.DeviceAllocation,
 	want kdv1alpha1.DeviceAllocationStatus, out outcome) error {
-	st := stamped(want, current)
+	st := r.stamp(want, current)
 	r.written.Wrote(client.ObjectKey{Namespace: pod.Namespace, Name: kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))})
 	da, err := kube.WriteDeviceAllocation(ctx, r.client, pod, st)
 	if err != nil {
 		return err
 	}
+	r.reportHealth(pod, current, st, out.alloc)
 	if out.err == nil {
 		crashpoint.Hit(crashpoint.DeviceAllocationWritten)
 		ctrl.LoggerFrom(ctx).Info("Recorded the pod's devices", "deviceAllocation", da.Name, "summary", st.Summary, "allocated", true)

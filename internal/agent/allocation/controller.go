@@ -83,6 +83,9 @@ type Core interface {
 	// ClaimNamed is what the ResourceClaim namespace/name the DRA flow prepared holds; false when
 	// nothing: the pod's DeviceAllocation shows devices of both paths.
 	ClaimNamed(namespace, name string) (nodeagent.ClaimAllocation, bool)
+	// Snapshot is the state of a resource's devices (false: the core does not know it), read for
+	// the health of the devices the pods hold when the resource changed.
+	Snapshot(name string) (nodeagent.ResourceSnapshot, bool)
 }
 
 // Injection is what the allocation flow tells runtime injection of each pod, so that the NRI
@@ -139,6 +142,8 @@ type reconciler struct {
 	attempts *attempts
 	// written lets kube.Fresh skip reading a DeviceAllocation the agent has not written lately.
 	written *kube.Written
+	// health is the health of the devices the pods hold, as the core last announced it.
+	health *healthView
 }
 
 // Setup adds the pod controller to mgr, whose cache must hold the node's pods and
@@ -153,6 +158,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		refusals:  newRefusalPacer(opts.Clock),
 		attempts:  newAttempts(opts.Core, attemptsPerResource),
 		written:   kube.NewWritten(opts.Clock),
+		health:    newHealthView(opts.Core.Snapshot),
 	}
 	r.attempts.prepare = opts.PreStart.PrepareFirstStarts
 	if err := mgr.Add(manager.RunnableFunc(r.attempts.drain)); err != nil {
@@ -279,7 +285,8 @@ func (r *reconciler) release(ctx context.Context, cached *kdv1alpha1.DeviceAlloc
 
 // retriggerWaiting requeues, whenever resources change in the core (a plugin registers, devices
 // become healthy, are freed or uncordoned), the active pods asking for one of them that do not
-// hold their devices yet.
+// hold their devices yet, and the pods whose DeviceAllocation does not show the health of the
+// devices they hold any more (healthChanged).
 func (r *reconciler) retriggerWaiting(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	sub := r.Core.Subscribe()
 	go func() {
@@ -297,6 +304,9 @@ func (r *reconciler) retriggerWaiting(ctx context.Context, q workqueue.TypedRate
 			for _, key := range r.waiting(ctx, changed) {
 				// An attempt made before the change may have been refused for what changed.
 				r.attempts.changed(key)
+				q.Add(reconcile.Request{NamespacedName: key})
+			}
+			for _, key := range r.healthChanged(ctx, changed) {
 				q.Add(reconcile.Request{NamespacedName: key})
 			}
 		}

@@ -31,6 +31,10 @@ limitations under the License.
 //     limit of slices with taints);
 //   - NoSchedule taints for an unhealthy device (value: the reason), a cordoned one, one whose
 //     plugin is disconnected, and one a pod still holds through the device plugin path;
+//   - the devices' health sent to the kubelet's health service (WatchHealthStatus), which shows
+//     it in the pod status of the claims' holders (allocatedResourcesStatus): Healthy, Unhealthy
+//     with the reason, or Unknown while the plugin is disconnected or not registered again since
+//     an agent restart;
 //   - republished on every change the core announces (Subscribe), all pools at once: the library
 //     writes only what differs;
 //   - through the library's resourceslice controller, started with the agent rather than at the

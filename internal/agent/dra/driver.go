@@ -246,7 +246,18 @@ func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	}
 }
 
-// healthReport is the health of every device of the DRA-served resources.
+// unknownHealth reports whether a device unhealthy for reason is of unknown health rather than
+// unhealthy: its plugin disconnected (within the grace period), or has not registered again since
+// the agent restarted, so nothing says how the device is, as the API's ResourceHealth reads
+// Unknown ("Device Plugin got unregistered and hasn't been re-registered since"). The device is
+// not allocatable meanwhile (the slices taint it); a container holding it still has it.
+func unknownHealth(reason string) bool {
+	return reason == nodeagent.ReasonPluginDisconnected || reason == nodeagent.ReasonAwaitingPlugin
+}
+
+// healthReport is the health of every device of the DRA-served resources: Healthy, Unhealthy (the
+// plugin reports it so, or no longer lists it while it is held) or Unknown (unknownHealth), with
+// the reason and message of a device that is not Healthy.
 func healthReport(snaps []nodeagent.ResourceSnapshot, now time.Time) kubeletplugin.DeviceHealthReport {
 	var out kubeletplugin.DeviceHealthReport
 	for _, s := range snaps {
@@ -266,6 +277,9 @@ func healthReport(snaps []nodeagent.ResourceSnapshot, now time.Time) kubeletplug
 			}
 			if dev.Health != nodeagent.Healthy {
 				h.Health = kubeletplugin.HealthStatusUnhealthy
+				if unknownHealth(dev.Reason) {
+					h.Health = kubeletplugin.HealthStatusUnknown
+				}
 				h.Message = dev.Reason
 				if dev.Message != "" {
 					h.Message += ": " + dev.Message

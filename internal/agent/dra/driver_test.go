@@ -380,3 +380,29 @@ func TestDeviceName(t *testing.T) {
 		t.Errorf("PoolName: %q, %q", PoolName(gopher), PoolName("Example.com/GPU"))
 	}
 }
+
+func TestHealthReport(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	snap := nodeagent.ResourceSnapshot{ResourceName: gopher, ServedByDRA: true, Devices: []nodeagent.DeviceSnapshot{
+		{ID: "g-0", Health: nodeagent.Healthy, Reason: nodeagent.ReasonReportedHealthy},
+		{ID: "g-1", Health: nodeagent.Unhealthy, Reason: nodeagent.ReasonReportedUnhealthy, Message: "bad"},
+		{ID: "g-2", Health: nodeagent.Unhealthy, Reason: nodeagent.ReasonNotReported, Message: "gone"},
+		{ID: "g-3", Health: nodeagent.Unhealthy, Reason: nodeagent.ReasonPluginDisconnected, Message: "no plugin"},
+		{ID: "g-4", Health: nodeagent.Unhealthy, Reason: nodeagent.ReasonAwaitingPlugin, Message: "restored"},
+	}}
+	notDRA := nodeagent.ResourceSnapshot{ResourceName: other, Devices: []nodeagent.DeviceSnapshot{{ID: "o-0", Health: nodeagent.Healthy}}}
+	got := healthReport([]nodeagent.ResourceSnapshot{snap, notDRA}, now)
+	dev := func(name string, h kubeletplugin.HealthStatus, msg string) kubeletplugin.DeviceHealth {
+		return kubeletplugin.DeviceHealth{PoolName: PoolName(gopher), DeviceName: name, Health: h, Message: msg, LastUpdated: now, HealthCheckTimeout: healthTimeout}
+	}
+	want := kubeletplugin.DeviceHealthReport{Devices: []kubeletplugin.DeviceHealth{
+		dev("g-0", kubeletplugin.HealthStatusHealthy, ""),
+		dev("g-1", kubeletplugin.HealthStatusUnhealthy, "PluginReportedUnhealthy: bad"),
+		dev("g-2", kubeletplugin.HealthStatusUnhealthy, "NotReportedByPlugin: gone"),
+		dev("g-3", kubeletplugin.HealthStatusUnknown, "PluginDisconnected: no plugin"),
+		dev("g-4", kubeletplugin.HealthStatusUnknown, "AwaitingPluginRegistration: restored"),
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("health report (-want +got):\n%s", diff)
+	}
+}

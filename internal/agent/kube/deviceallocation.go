@@ -47,7 +47,7 @@ import (
 
 // DeviceAllocationConditions are the condition types the agent owns on a DeviceAllocation.
 // Conflict belongs to the controller.
-var DeviceAllocationConditions = []string{kdv1alpha1.DeviceAllocationAllocated, kdv1alpha1.DeviceAllocationReleased}
+var DeviceAllocationConditions = []string{kdv1alpha1.DeviceAllocationAllocated, kdv1alpha1.DeviceAllocationHealthy, kdv1alpha1.DeviceAllocationReleased}
 
 // MaxSummaryLength bounds a DeviceAllocation's status.summary.
 const MaxSummaryLength = 1024

@@ -114,8 +114,10 @@ var _ = Describe("Node agent under faults", func() {
 			HaveField("Status.Allocatable", BeEquivalentTo(2)),
 		), "the held device is shown, held and missing, not hidden")
 		Expect(n.holds(pod)).To(BeTrue(), "the pod keeps its device")
-		Consistently(deviceAllocation(pod), time.Second).Should(HaveField("ResourceVersion", da.ResourceVersion),
-			"the pod's DeviceAllocation is not touched")
+		// Its DeviceAllocation says so (issue 25), and nothing else of it changes.
+		Eventually(unhealthyDevices(pod)).Should(ConsistOf(holding(id, kdv1alpha1.DeviceReasonNotReported, "app")))
+		Consistently(deviceAllocation(pod), time.Second).Should(sameAllocation(da),
+			"the pod's allocation is not touched")
 
 		By("the device reported again while still held: never offered to another pod")
 		p.Update(devs)
@@ -163,8 +165,10 @@ var _ = Describe("Node agent under faults", func() {
 			HaveField("Status.Allocatable", BeEquivalentTo(1)),
 			HaveField("Status.Capacity", BeEquivalentTo(2)),
 		))
-		Consistently(deviceAllocation(pod), time.Second).Should(HaveField("ResourceVersion", da.ResourceVersion),
-			"the running pod is not disturbed: its DeviceAllocation is not rewritten")
+		// Its DeviceAllocation says so (issue 25), and nothing else of it changes.
+		Eventually(unhealthyDevices(pod)).Should(ConsistOf(holding(id, kdv1alpha1.DeviceReasonPluginReportedUnhealthy, "app")))
+		Consistently(deviceAllocation(pod), time.Second).Should(sameAllocation(da),
+			"the running pod is not disturbed: its allocation is not rewritten")
 		Expect(n.holds(pod)).To(BeTrue())
 		Expect(allocateCalls(p)).To(Equal(allocates), "no Allocate for the pod holding the unhealthy device")
 
