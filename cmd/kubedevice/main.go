@@ -72,7 +72,7 @@ func newRootCommand() *cobra.Command {
 	// --version prints what `kubedevice version` prints.
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("kubedevice {{.Version}}\n")
-	root.AddCommand(newDevCommand(), newStatusCommand(), newCleanupCommand(), newPluginCommand(), newVersionCommand())
+	root.AddCommand(newDevCommand(), newStatusCommand(), newCleanupCommand(), newDrainCommand(), newUncordonCommand(), newPluginCommand(), newVersionCommand())
 	return root
 }
 
