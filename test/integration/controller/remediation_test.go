@@ -269,4 +269,3 @@ func eventReasons(uid types.UID) func() ([]string, error) {
 		return reasons, err
 	}
 }
-
