@@ -276,10 +276,12 @@ e2e-node-down: ## Stop the real-node cluster and restore the host (safe to run t
 ##@ Build
 
 .PHONY: build
-build: ## Build the binaries into bin/, with the version and commit (bin/kubedevice version).
+build: ## Build the binaries into bin/, with the version and commit (bin/kubedevice version), and bin/kubectl-kubedevice, the kubectl plugin (a link to kubedevice).
 	@mkdir -p $(LOCALBIN)
 	@ldflags="$(VERSION_LDFLAGS)"; for b in $(BINARIES); do echo "go build -o bin/$$b ./cmd/$$b"; \
 		CGO_ENABLED=0 go build -trimpath -ldflags "$$ldflags" -o $(LOCALBIN)/$$b ./cmd/$$b; done
+	@# kubectl runs kubectl-kubedevice from the PATH as `kubectl kubedevice`.
+	ln -sf kubedevice $(LOCALBIN)/kubectl-kubedevice
 
 .PHONY: version
 version: ## Print the version the build gives the binaries, the image and the chart (the chart's appVersion).
