@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -223,7 +222,7 @@ func (r *remediationReconciler) evict(ctx context.Context, nd *kdv1alpha1.NodeDe
 // report counts and tells what came of an eviction: the metric, and events on the pod and the
 // NodeDevice.
 func (r *remediationReconciler) report(ctx context.Context, nd *kdv1alpha1.NodeDevice, d *kdv1alpha1.DeviceStatus, pod *corev1.Pod, grace time.Duration, err error) (time.Duration, error) {
-	logger := logf.FromContext(ctx).WithValues("pod", client.ObjectKeyFromObject(pod), "device", d.ID)
+	logger := ctrl.LoggerFrom(ctx).WithValues("pod", client.ObjectKeyFromObject(pod), "device", d.ID)
 	why := fmt.Sprintf("device %s of %s on node %s has been unhealthy since %s (%s), longer than the remediation grace period %s",
 		d.ID, nd.Spec.ResourceName, nd.Spec.NodeName, d.LastTransitionTime.UTC().Format(time.RFC3339), d.Reason, grace)
 	count := func(result string) {
