@@ -276,10 +276,25 @@ e2e-node-down: ## Stop the real-node cluster and restore the host (safe to run t
 ##@ Build
 
 .PHONY: build
-build: ## Build the binaries into bin/, with the version and commit (bin/kubedevice version).
+build: ## Build the binaries into bin/, with the version and commit (bin/kubedevice version), and bin/kubectl-kubedevice, the kubectl plugin (a link to kubedevice).
 	@mkdir -p $(LOCALBIN)
 	@ldflags="$(VERSION_LDFLAGS)"; for b in $(BINARIES); do echo "go build -o bin/$$b ./cmd/$$b"; \
 		CGO_ENABLED=0 go build -trimpath -ldflags "$$ldflags" -o $(LOCALBIN)/$$b ./cmd/$$b; done
+	@# kubectl runs kubectl-kubedevice from the PATH as `kubectl kubedevice`.
+	ln -sf kubedevice $(LOCALBIN)/kubectl-kubedevice
+
+# The platforms `make krew` builds the kubectl plugin for.
+KREW_PLATFORMS ?= linux/amd64 linux/arm64
+
+.PHONY: krew
+krew: ## Build the kubectl plugin's archives (KREW_PLATFORMS) into bin/krew/ and its krew manifest bin/krew/kubedevice.yaml (plugins/kubedevice.yaml with their sha256s).
+	@rm -rf $(LOCALBIN)/krew && mkdir -p $(LOCALBIN)/krew
+	@ldflags="$(VERSION_LDFLAGS)"; for p in $(KREW_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; d=$(LOCALBIN)/krew/$$os-$$arch; \
+		echo "go build -o $$d/kubectl-kubedevice ./cmd/kubedevice ($$p)"; \
+		GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 go build -trimpath -ldflags "$$ldflags" -o $$d/kubectl-kubedevice ./cmd/kubedevice && \
+		tar -C $$d --owner=0 --group=0 --numeric-owner -czf $(LOCALBIN)/krew/kubectl-kubedevice_$${os}_$${arch}.tar.gz kubectl-kubedevice || exit 1; done
+	go run ./hack/krew --template plugins/kubedevice.yaml --version $(VERSION) --archives $(LOCALBIN)/krew > $(LOCALBIN)/krew/kubedevice.yaml.tmp
+	mv $(LOCALBIN)/krew/kubedevice.yaml.tmp $(LOCALBIN)/krew/kubedevice.yaml
 
 .PHONY: version
 version: ## Print the version the build gives the binaries, the image and the chart (the chart's appVersion).

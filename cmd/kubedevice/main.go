@@ -17,9 +17,11 @@ limitations under the License.
 // Command kubedevice is kubedevice's command-line tool: `kubedevice dev` runs a local cluster with
 // the agent, the controller and the Gopher device plugin and shows them at work; `kubedevice
 // status` summarizes the devices of a cluster's nodes and who holds them; `kubedevice cleanup`
-// removes what kubedevice leaves in a cluster after an uninstall; `kubedevice version` says which
-// release it is. It parses flags and wires; the work is in internal/devenv, internal/status,
-// internal/cleanup and internal/version.
+// removes what kubedevice leaves in a cluster after an uninstall; `kubedevice drain` cordons
+// devices and evicts their holders, `kubedevice uncordon` puts them back in service; `kubedevice
+// version` says which release it is. Run as kubectl-kubedevice it is a kubectl plugin (`kubectl
+// kubedevice status`), and its help says so. It parses flags and wires; the work is in
+// internal/devenv, internal/status, internal/cleanup, internal/remediation and internal/version.
 package main
 
 import (
@@ -72,7 +74,8 @@ func newRootCommand() *cobra.Command {
 	// --version prints what `kubedevice version` prints.
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("kubedevice {{.Version}}\n")
-	root.AddCommand(newDevCommand(), newStatusCommand(), newCleanupCommand(), newPluginCommand(), newVersionCommand())
+	root.AddCommand(newDevCommand(), newStatusCommand(), newCleanupCommand(), newDrainCommand(), newUncordonCommand(), newPluginCommand(), newVersionCommand())
+	asKubectlPlugin(root, os.Args[0])
 	return root
 }
 

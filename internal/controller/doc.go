@@ -39,6 +39,12 @@ limitations under the License.
 //     serves through DRA (a NodeDevice with status.path DRA) — selecting kubedevice's devices of
 //     the resource, with extendedResourceName set so plain resources.limits requests are served —
 //     and deletes it once no node does. An administrator's own DeviceClass for the resource wins.
+//   - remediation (per NodeDevice of a resource --remediate names; off by default): evicts, through
+//     the Eviction API (PodDisruptionBudgets hold), the pods holding a device that stayed unhealthy
+//     past the resource's grace period, at most one eviction per node and one in the cluster per
+//     interval (remediation.Limits), each with an event on the pod and the NodeDevice and the
+//     kubedevice_remediation_evictions_total counter. It is the only writer of evictions: the node
+//     agents have no right to evict.
 //
 // Node capacity is published only for the node-capacity path: a resource a node serves through
 // DRA is withdrawn from that Node, and an observed one (the kubelet manages it) is never written.
@@ -59,6 +65,7 @@ limitations under the License.
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch,namespace=kubedevice-system
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create

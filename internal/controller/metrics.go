@@ -40,6 +40,15 @@ var nodeCapacityHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "1 while the controller leaves a node's kubedevice resource out of its capacity because another field manager (the kubelet's device manager) claims it.",
 }, []string{"node", "resource", "manager", "reason"})
 
+// remediationEvictions counts the remediation policy's evictions of pods holding a device that stayed
+// unhealthy past its resource's grace period (remediation_controller.go), by result: evicted,
+// blocked (the Eviction API refused it: a PodDisruptionBudget; asked again later) or error. node
+// and resource join kubedevice_agent_device_info.
+var remediationEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "kubedevice_remediation_evictions_total",
+	Help: "Evictions of pods holding a device unhealthy past the --remediate grace period, by result (evicted, blocked, error).",
+}, []string{"node", "resource", "result"})
+
 func init() {
-	metrics.Registry.MustRegister(nodeCapacityPatches, nodeCapacityHeld)
+	metrics.Registry.MustRegister(nodeCapacityPatches, nodeCapacityHeld, remediationEvictions)
 }

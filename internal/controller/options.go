@@ -86,10 +86,13 @@ type Options struct {
 
 	// Workers is how many objects each reconciler works on at once; zero means DefaultWorkers.
 	Workers int
+
+	// Remediation is the policy for pods on unhealthy devices; off unless it names a resource.
+	Remediation RemediationOptions
 }
 
-// AddFlags registers the controllers' flags on fs, bound to o; the agent namespace defaults to
-// $POD_NAMESPACE.
+// AddFlags registers the controllers' flags on fs, bound to o (the remediation policy's too); the
+// agent namespace defaults to $POD_NAMESPACE.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.AgentNamespace, "agent-namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), DefaultAgentNamespace),
 		"Namespace of the node agents' Leases (kubedevice-agent-<node>); defaults to $POD_NAMESPACE, else "+DefaultAgentNamespace+".")
@@ -97,6 +100,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"How long after its last renewal a node agent's Lease stays valid; after that the node's NodeDevices get AgentReady=False and its kubedevice resources are published as 0.")
 	fs.IntVar(&o.Workers, "workers", DefaultWorkers,
 		"How many objects each reconciler (node capacity, NodeDevice, DeviceAllocation) works on at once; with one, writes go one API round trip after another whatever --kube-api-qps allows.")
+	o.Remediation.AddFlags(fs)
 }
 
 var (
@@ -121,7 +125,9 @@ func (o Options) complete() (Options, error) {
 	if o.Workers == 0 {
 		o.Workers = DefaultWorkers
 	}
-	return o, nil
+	var err error
+	o.Remediation, err = o.Remediation.complete()
+	return o, err
 }
 
 // CacheOptions returns the cache options the controllers need: Leases only from the agent
@@ -140,7 +146,8 @@ func CacheOptions(opts Options) cache.Options {
 	}
 }
 
-// Setup adds the node capacity, NodeDevice, DeviceAllocation and DeviceClass controllers to mgr. The field
+// Setup adds the node capacity, NodeDevice, DeviceAllocation and DeviceClass controllers to mgr,
+// and the remediation controller when opts.Remediation names a resource. The field
 // indexes of package indexer must be registered on the same manager (indexer.Setup), and the
 // manager's cache built with CacheOptions.
 func Setup(mgr ctrl.Manager, opts Options) error {
@@ -191,5 +198,5 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(agentReadyRunnable{&agentReadySource{client: mgr.GetClient(), leases: leases, clock: opts.Clock}}); err != nil {
 		return fmt.Errorf("adding the agent readiness metric: %w", err)
 	}
-	return nil
+	return setupRemediation(mgr, opts, ctrlOpts, recorder)
 }

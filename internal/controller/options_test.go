@@ -22,19 +22,30 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kubedevice/kubedevice/internal/remediation"
 )
 
-// The controllers' flags land in Options, the agent namespace defaulting to $POD_NAMESPACE.
+// The controllers' flags land in Options, the agent namespace defaulting to $POD_NAMESPACE, the
+// remediation policy off.
 func TestAddFlags(t *testing.T) {
+	rem := RemediationOptions{NodeInterval: DefaultRemediationNodeInterval, ClusterInterval: DefaultRemediationClusterInterval}
 	for name, tc := range map[string]struct {
 		env  string
 		args []string
 		want Options
 	}{
-		"defaults": {"", nil, Options{AgentNamespace: DefaultAgentNamespace, AgentLeaseDuration: DefaultAgentLeaseDuration, Workers: DefaultWorkers}},
-		"env":      {"ns1", nil, Options{AgentNamespace: "ns1", AgentLeaseDuration: DefaultAgentLeaseDuration, Workers: DefaultWorkers}},
+		"defaults": {"", nil, Options{AgentNamespace: DefaultAgentNamespace, AgentLeaseDuration: DefaultAgentLeaseDuration, Workers: DefaultWorkers, Remediation: rem}},
+		"env":      {"ns1", nil, Options{AgentNamespace: "ns1", AgentLeaseDuration: DefaultAgentLeaseDuration, Workers: DefaultWorkers, Remediation: rem}},
 		"flags": {"ns1", []string{"--agent-namespace=ns2", "--agent-lease-duration=1m", "--workers=8"},
-			Options{AgentNamespace: "ns2", AgentLeaseDuration: time.Minute, Workers: 8}},
+			Options{AgentNamespace: "ns2", AgentLeaseDuration: time.Minute, Workers: 8, Remediation: rem}},
+		"remediation": {"", []string{"--remediate=example.com/gopher=5m", "--remediate=example.com/gpu=90s",
+			"--remediation-node-interval=10m", "--remediation-cluster-interval=1m"},
+			Options{AgentNamespace: DefaultAgentNamespace, AgentLeaseDuration: DefaultAgentLeaseDuration, Workers: DefaultWorkers,
+				Remediation: RemediationOptions{
+					Policy:       remediation.Policy{"example.com/gopher": 5 * time.Minute, "example.com/gpu": 90 * time.Second},
+					NodeInterval: 10 * time.Minute, ClusterInterval: time.Minute,
+				}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("POD_NAMESPACE", tc.env)

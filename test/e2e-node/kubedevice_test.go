@@ -326,6 +326,8 @@ var _ = Describe("kubedevice on the real node", func() {
 	// A real Prometheus scraping the install, its alerts and the dashboard (prometheus_test.go).
 	describePrometheus()
 	describeDRA()
+	// kubectl kubedevice drain and uncordon (drain_test.go).
+	describeDrain()
 	describeNodeEvents()
 
 	// The previous release upgraded to this tree and rolled back (upgrade_test.go).

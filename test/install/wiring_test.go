@@ -330,6 +330,11 @@ var omittedFlags = map[string]bool{
 	"kubelet-plugins-dir":  true,
 	"kubelet-registry-dir": true,
 	"cdi-dir":              true,
+	// The controller's remediation policy: off unless an administrator names a resource with
+	// --remediate (an opt-in, like --allocate-policy); its intervals matter only then.
+	"remediate":                    true,
+	"remediation-node-interval":    true,
+	"remediation-cluster-interval": true,
 	// Profiling, off unless asked for.
 	"pprof-bind-address": true,
 	// Prints the version and exits: for a person, not a container.

@@ -51,7 +51,7 @@ const agentFieldOwner = "kubedevice-agent"
 const gopher corev1.ResourceName = "example.com/gopher"
 
 // controllers are the names of the controller's reconcilers.
-var controllers = []string{"node-capacity", "nodedevice", "deviceallocation", "deviceclass"}
+var controllers = []string{"node-capacity", "nodedevice", "deviceallocation", "deviceclass", "remediation"}
 
 var nodeCounter atomic.Int64
 

@@ -40,6 +40,7 @@ import (
 
 	kdcontroller "github.com/kubedevice/kubedevice/internal/controller"
 	"github.com/kubedevice/kubedevice/internal/indexer"
+	"github.com/kubedevice/kubedevice/internal/remediation"
 	"github.com/kubedevice/kubedevice/internal/testutil"
 )
 
@@ -116,7 +117,11 @@ var _ = AfterSuite(func() {
 // cmd/kubedevice-controller wires them (with leader election in the controller's namespace), as
 // the controller's service account, and returns the function that stops it.
 func startManager() func() {
-	opts := kdcontroller.Options{AgentNamespace: agentNamespace, AgentLeaseDuration: leaseDuration, Clock: fakeClock}
+	opts := kdcontroller.Options{AgentNamespace: agentNamespace, AgentLeaseDuration: leaseDuration, Clock: fakeClock,
+		Remediation: kdcontroller.RemediationOptions{
+			Policy:       remediation.Policy{remedyResource: remedyGrace},
+			NodeInterval: remedyNodeInterval, ClusterInterval: remedyClusterInterval,
+		}}
 	mgrCfg := serviceAccountConfig(controllerUser, nil)
 	mgrCfg.Wrap(controllerWrites.wrap)
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
