@@ -254,12 +254,7 @@ func (b *nodeBuilder) compareAllocations(devices []Device) (waiting []Waiting, u
 	})
 	for _, da := range b.allocations {
 		pod := da.Namespace + "/" + da.Spec.PodName
-		cond := apimeta.FindStatusCondition(da.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated)
-		if cond == nil || cond.Status != metav1.ConditionTrue {
-			w := Waiting{Pod: pod}
-			if cond != nil {
-				w.Reason, w.Message = cond.Reason, cond.Message
-			}
+		if w, ok := waitingOf(da, pod); ok {
 			waiting = append(waiting, w)
 			continue
 		}
@@ -298,6 +293,19 @@ func (b *nodeBuilder) compareAllocations(devices []Device) (waiting []Waiting, u
 		}
 	}
 	return waiting, unlisted, disagreements
+}
+
+// waitingOf says whether the DeviceAllocation of pod is not Allocated yet, and why.
+func waitingOf(da *kdv1alpha1.DeviceAllocation, pod string) (Waiting, bool) {
+	cond := apimeta.FindStatusCondition(da.Status.Conditions, kdv1alpha1.DeviceAllocationAllocated)
+	if cond != nil && cond.Status == metav1.ConditionTrue {
+		return Waiting{}, false
+	}
+	w := Waiting{Pod: pod}
+	if cond != nil {
+		w.Reason, w.Message = cond.Reason, cond.Message
+	}
+	return w, true
 }
 
 // podOf returns the namespace/pod of a namespace/pod/container holder.

@@ -509,43 +509,49 @@ func (p *Plugin) Allocate(_ context.Context, req *v1beta1.AllocateRequest) (*v1b
 		if p.faults[AllocateOneDevice] && len(ids) > 1 {
 			return nil, status.Errorf(codes.InvalidArgument, "one device per container, not %d", len(ids))
 		}
-		r := &v1beta1.ContainerAllocateResponse{Envs: map[string]string{"TESTPLUGIN_DEVICES": strings.Join(ids, ",")}}
-		for _, id := range ids {
-			if p.faults[ControlCharIDs] {
-				id = hex.EncodeToString([]byte(id))
-			}
-			dev := &v1beta1.DeviceSpec{ContainerPath: "/dev/testplugin/" + id, HostPath: "/dev/null", Permissions: "rw"}
-			mount := &v1beta1.Mount{ContainerPath: "/var/run/testplugin/" + id, HostPath: "/etc/hostname", ReadOnly: true}
-			cdi := &v1beta1.CDIDevice{Name: "example.com/testplugin=" + id}
-			if p.faults[DeviceOutsideDev] {
-				dev.ContainerPath = "/testplugin/" + id
-			}
-			if p.faults[RelativePath] {
-				mount.ContainerPath = "testplugin/" + id
-			}
-			if p.faults[BadPermissions] {
-				dev.Permissions = "rx"
-			}
-			if p.faults[BadCDIName] {
-				cdi.Name = id
-			}
-			if p.faults[SharedDeviceNode] {
-				// One device node serves every ID: identical repeats, which the kubelet merges.
-				dev.ContainerPath = "/dev/testplugin/shared"
-			}
-			r.Devices = append(r.Devices, dev)
-			r.Mounts = append(r.Mounts, mount)
-			if p.faults[DuplicateMount] {
-				r.Mounts = append(r.Mounts, mount)
-			}
-			if p.faults[ConflictingMount] {
-				r.Mounts = append(r.Mounts, &v1beta1.Mount{ContainerPath: mount.ContainerPath, HostPath: "/etc/hosts", ReadOnly: true})
-			}
-			r.CdiDevices = append(r.CdiDevices, cdi)
-		}
-		resp.ContainerResponses = append(resp.ContainerResponses, r)
+		resp.ContainerResponses = append(resp.ContainerResponses, p.containerResponse(ids))
 	}
 	return resp, nil
+}
+
+// containerResponse is one container's answer: a device node, a mount and a CDI device per ID,
+// each broken as the plugin's faults say.
+func (p *Plugin) containerResponse(ids []string) *v1beta1.ContainerAllocateResponse {
+	r := &v1beta1.ContainerAllocateResponse{Envs: map[string]string{"TESTPLUGIN_DEVICES": strings.Join(ids, ",")}}
+	for _, id := range ids {
+		if p.faults[ControlCharIDs] {
+			id = hex.EncodeToString([]byte(id))
+		}
+		dev := &v1beta1.DeviceSpec{ContainerPath: "/dev/testplugin/" + id, HostPath: "/dev/null", Permissions: "rw"}
+		mount := &v1beta1.Mount{ContainerPath: "/var/run/testplugin/" + id, HostPath: "/etc/hostname", ReadOnly: true}
+		cdi := &v1beta1.CDIDevice{Name: "example.com/testplugin=" + id}
+		if p.faults[DeviceOutsideDev] {
+			dev.ContainerPath = "/testplugin/" + id
+		}
+		if p.faults[RelativePath] {
+			mount.ContainerPath = "testplugin/" + id
+		}
+		if p.faults[BadPermissions] {
+			dev.Permissions = "rx"
+		}
+		if p.faults[BadCDIName] {
+			cdi.Name = id
+		}
+		if p.faults[SharedDeviceNode] {
+			// One device node serves every ID: identical repeats, which the kubelet merges.
+			dev.ContainerPath = "/dev/testplugin/shared"
+		}
+		r.Devices = append(r.Devices, dev)
+		r.Mounts = append(r.Mounts, mount)
+		if p.faults[DuplicateMount] {
+			r.Mounts = append(r.Mounts, mount)
+		}
+		if p.faults[ConflictingMount] {
+			r.Mounts = append(r.Mounts, &v1beta1.Mount{ContainerPath: mount.ContainerPath, HostPath: "/etc/hosts", ReadOnly: true})
+		}
+		r.CdiDevices = append(r.CdiDevices, cdi)
+	}
+	return r
 }
 
 // PreStartContainer checks the devices are known.
