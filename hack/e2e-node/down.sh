@@ -17,9 +17,11 @@ started=$(date +%s)
 problems=0
 warn() { log "warning: $*"; problems=$((problems + 1)); }
 
-# 1. The kubelet first, so that it restarts nothing; then the pods and containerd.
+# 1. The second node, if node-b.sh started it (its namespace, cgroups and bridge go with it); then
+# the kubelet, so that it restarts nothing; then the pods and containerd.
+"${ROOT}/hack/e2e-node/node-b.sh" down || warn "could not take the second node down"
 stop kubelet
-kill_pods || warn "could not kill every pod process"
+kill_pods all || warn "could not kill every pod process"
 stop containerd
 # Shims and anything else of the node side still running (the control plane is stopped below).
 for p in $(our_pids); do
@@ -28,7 +30,7 @@ for p in $(our_pids); do
     "${NODE_BIN}"/* | */kubelet) log "killing leftover ${exe} (pid ${p})"; kill -KILL "${p}" 2>/dev/null || true ;;
   esac
 done
-kill_pods || warn "could not kill every pod process"
+kill_pods all || warn "could not kill every pod process"
 
 # 2. The control plane.
 stop kube-scheduler kube-controller-manager kube-apiserver
@@ -96,13 +98,13 @@ fi
 
 # 6. The kubelet's cgroups.
 for i in 1 2 3 4 5; do
-  cgroups=$(kubepods_cgroups)
+  cgroups=$(kubepods_cgroups all)
   [ -z "${cgroups}" ] && break
   [ "${i}" -eq 1 ] && log "removing $(echo "${cgroups}" | wc -l) kubepods cgroups"
   for cg in ${cgroups}; do rmdir "${cg}" 2>/dev/null || true; done
-  [ -z "$(kubepods_cgroups)" ] || { kill_pods || true; sleep 0.5; }
+  [ -z "$(kubepods_cgroups all)" ] || { kill_pods all || true; sleep 0.5; }
 done
-[ -z "$(kubepods_cgroups)" ] || warn "cgroups left: $(kubepods_cgroups | head -3 | tr '\n' ' ')..."
+[ -z "$(kubepods_cgroups all)" ] || warn "cgroups left: $(kubepods_cgroups all | head -3 | tr '\n' ' ')..."
 
 # 7. Files: the CNI config, the NRI socket, the container log links, the directories up.sh created,
 # and the state (only when nothing is mounted under it any more: rm must never cross a mount).

@@ -185,20 +185,23 @@ stop() {
   done
 }
 
-# kubepods_cgroups: the kubelet's cgroups in every hierarchy, deepest first.
+# kubepods_cgroups [node-a|all]: the kubelet's cgroups in every hierarchy, deepest first; with "all", the
+# second node's too (node-b.sh: its cgroup root, NODE_B_CGROUP_ROOT, and everything under it).
 kubepods_cgroups() {
-  local top
-  for top in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+  local top tops=(/sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods)
+  [ "${1:-}" = all ] && tops+=(/sys/fs/cgroup/*/"${NODE_B_CGROUP_ROOT}" /sys/fs/cgroup/"${NODE_B_CGROUP_ROOT}")
+  for top in "${tops[@]}"; do
     [ -d "${top}" ] && find "${top}" -depth -type d
   done
   return 0
 }
 
-# kill_pods: SIGKILL every process in the kubelet's cgroups (the pods' processes), until none is left.
+# kill_pods [node-a|all]: SIGKILL every process in the kubelet's cgroups (the pods' processes), until none is
+# left; with "all", the second node's pods too.
 kill_pods() {
   local i cg pids
   for i in $(seq 1 20); do
-    pids=$(for cg in $(kubepods_cgroups); do cat "${cg}/cgroup.procs" 2>/dev/null; done | sort -u)
+    pids=$(for cg in $(kubepods_cgroups "${1:-}"); do cat "${cg}/cgroup.procs" 2>/dev/null; done | sort -u)
     [ -z "${pids}" ] && return 0
     [ "${i}" -eq 1 ] && log "killing the pods' processes: $(echo "${pids}" | wc -l)"
     # shellcheck disable=SC2086
@@ -232,6 +235,18 @@ unmount_ours() {
   done
 }
 
+# The second node (node-b.sh), beside the first on the same host: its name, its state, the mount
+# namespace it runs in (a file bind-mounted under NODE_B_DIR/ns), its cgroup root, its CNI bridge
+# and pod subnet, and the kubelet's ports (the nodes share the host's network namespace).
+NODE_B_NAME=${NODE_NAME}-b
+NODE_B_DIR=${WORK}/node-b
+NODE_B_NS=${NODE_B_DIR}/ns/mnt
+NODE_B_CGROUP_ROOT=kubedevice-e2e-node-b
+NODE_B_BRIDGE=cni1
+NODE_B_POD_CIDR=10.89.0.0/16
+NODE_B_KUBELET_PORT=10251
+NODE_B_HEALTHZ_PORT=10258
+
 # BOOT_DIR/boot_id is the node's boot ID as the e2e agent reads it (--boot-id-path, through
 # overlays/kubedevice): up.sh writes the kernel's, node-event.sh power-on a fresh one, so a simulated
 # reboot takes the agent's real reboot path.
@@ -255,9 +270,30 @@ start_kubelet() {
   wait_up kubelet 60 kubelet_healthy
 }
 
-# kubelet_healthy: the kubelet's healthz (127.0.0.1:10248, plain HTTP) answers ok.
+# kubelet_healthy [PORT]: the kubelet's healthz (127.0.0.1:10248 by default, plain HTTP) answers ok.
 kubelet_healthy() {
-  local reply
-  reply=$(exec 3<>/dev/tcp/127.0.0.1/10248 && printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3 && cat <&3) || return 1
+  local reply port=${1:-10248}
+  reply=$(exec 3<>/dev/tcp/127.0.0.1/"${port}" && printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3 && cat <&3) || return 1
   [ "${reply##*$'\n'}" = ok ]
+}
+
+# cert NAME SUBJECT [SAN]: a key and a certificate signed by the CA, for one year.
+cert() {
+  local name=$1 subj=$2 san=${3:-}
+  local ext="${PKI}/${name}.ext"
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    if [ -n "${san}" ]; then
+      echo "extendedKeyUsage=serverAuth"
+      echo "subjectAltName=${san}"
+    else
+      echo "extendedKeyUsage=clientAuth"
+    fi
+  } >"${ext}"
+  openssl ecparam -name prime256v1 -genkey -noout -out "${PKI}/${name}.key" 2>/dev/null
+  openssl req -new -key "${PKI}/${name}.key" -subj "${subj}" -out "${PKI}/${name}.csr" 2>/dev/null
+  openssl x509 -req -in "${PKI}/${name}.csr" -CA "${PKI}/ca.crt" -CAkey "${PKI}/ca.key" -CAcreateserial \
+    -days 365 -extfile "${ext}" -out "${PKI}/${name}.crt" 2>/dev/null
+  rm -f "${PKI}/${name}.csr" "${ext}"
 }

@@ -37,7 +37,7 @@ power_off() {
     exe=$(readlink "/proc/${p}/exe" 2>/dev/null || true)
     case "${exe}" in "${NODE_BIN}"/containerd-shim*) kill -KILL "${p}" 2>/dev/null || true ;; esac
   done
-  kill_pods
+  kill_pods node-a
   unmount_ours
   [ -z "$(our_mounts)" ] || die "mounts left after power-off: $(our_mounts | tr '\n' ' ')"
   # What a reboot takes away: /run is a tmpfs.
@@ -49,7 +49,7 @@ power_off() {
       [ -S "${p}" ] && ! grep -qxF "${p}" <<<"${live}" && rm -f "${p}"
     done
   fi
-  for cg in $(kubepods_cgroups); do rmdir "${cg}" 2>/dev/null || true; done
+  for cg in $(kubepods_cgroups node-a); do rmdir "${cg}" 2>/dev/null || true; done
   ip link delete "${CNI_BRIDGE}" 2>/dev/null || true
   log "power-off done"
 }

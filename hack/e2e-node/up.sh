@@ -82,27 +82,6 @@ if [ -e "${KUBELET_DEVICE_CHECKPOINT}" ] && [ ! -e "${saved_checkpoint}" ] && ! 
 fi
 
 # --- certificates and credentials ---------------------------------------------------------------
-# cert NAME SUBJECT [SAN]: a key and a certificate signed by the CA, for one year.
-cert() {
-  local name=$1 subj=$2 san=${3:-}
-  local ext="${PKI}/${name}.ext"
-  {
-    echo "basicConstraints=CA:FALSE"
-    echo "keyUsage=critical,digitalSignature,keyEncipherment"
-    if [ -n "${san}" ]; then
-      echo "extendedKeyUsage=serverAuth"
-      echo "subjectAltName=${san}"
-    else
-      echo "extendedKeyUsage=clientAuth"
-    fi
-  } >"${ext}"
-  openssl ecparam -name prime256v1 -genkey -noout -out "${PKI}/${name}.key" 2>/dev/null
-  openssl req -new -key "${PKI}/${name}.key" -subj "${subj}" -out "${PKI}/${name}.csr" 2>/dev/null
-  openssl x509 -req -in "${PKI}/${name}.csr" -CA "${PKI}/ca.crt" -CAkey "${PKI}/ca.key" -CAcreateserial \
-    -days 365 -extfile "${ext}" -out "${PKI}/${name}.crt" 2>/dev/null
-  rm -f "${PKI}/${name}.csr" "${ext}"
-}
-
 # Made again when the node IP (a SAN of the serving certificate) changed, e.g. on a new machine.
 if [ "$(cat "${PKI}/node-ip" 2>/dev/null)" != "${NODE_IP}" ] || [ ! -f "${PKI}/tokens.csv" ]; then
   log "making the CA, certificates, service-account keys and tokens (openssl)"

@@ -329,6 +329,8 @@ var _ = Describe("kubedevice on the real node", func() {
 	// kubectl kubedevice drain and uncordon (drain_test.go).
 	describeDrain()
 	describeNodeEvents()
+	// A second node beside the first (twonodes_test.go, hack/e2e-node/node-b.sh).
+	describeTwoNodes()
 
 	// The previous release upgraded to this tree and rolled back (upgrade_test.go).
 	describeUpgrade()
