@@ -167,12 +167,13 @@ down() {
 
 # agent_kill: SIGKILL to the kubedevice-agent processes in node B's cgroups.
 agent_kill() {
-  local cg p n=0
-  for cg in $(kubepods_cgroups all | grep -F "/${NODE_B_CGROUP_ROOT}"); do
-    while read -r p; do
-      [ "$(basename "$(readlink "/proc/${p}/exe" 2>/dev/null)")" = kubedevice-agent ] || continue
-      kill -KILL "${p}" 2>/dev/null && n=$((n + 1))
-    done <"${cg}/cgroup.procs"
+  local p n=0
+  # The pids first, once each (a process is in every hierarchy), as killing empties cgroups.
+  for p in $(for cg in $(kubepods_cgroups all | grep -F "/${NODE_B_CGROUP_ROOT}"); do
+    cat "${cg}/cgroup.procs" 2>/dev/null || true
+  done | sort -un); do
+    [ "$(basename "$(readlink "/proc/${p}/exe" 2>/dev/null)")" = kubedevice-agent ] || continue
+    kill -KILL "${p}" 2>/dev/null && n=$((n + 1))
   done
   [ "${n}" -gt 0 ] || die "no kubedevice-agent process on node ${NODE_B_NAME}"
   log "killed ${n} kubedevice-agent processes on node ${NODE_B_NAME}"

@@ -18,7 +18,8 @@ limitations under the License.
 //
 //   - node-capacity (per Node): publishes each kubedevice resource in the Node's status.capacity
 //     and status.allocatable as the allocatable devices of its NodeDevices summed over shards, or
-//     zero while the node's agent Lease is expired; keeps a resource at "0" once its NodeDevices
+//     only the devices pods hold while the node's agent Lease is expired (nothing free, the
+//     running pods still admissible by a restarting kubelet); keeps a resource at "0" once its NodeDevices
 //     are gone (the kubedevice.io/node-capacity finalizer holds the last one until then); deletes
 //     the NodeDevices of deleted Nodes. It never writes a resource whose key another field manager
 //     owns with a count (the kubelet's device manager during the grace period of a plugin that was

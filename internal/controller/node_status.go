@@ -40,9 +40,12 @@ type capacityPlan struct {
 // NodeDevices (all shards, terminating ones included): per shard that is not terminating, while
 // the agent is ready, its allocatable devices, or the devices pods hold when that is more (a
 // plugin disconnected, or not registered again since an agent restart: nothing allocatable, the
-// running pods' devices still theirs), summed; zero when the agent is not ready. The floor keeps
-// running pods fitting the node, as the kubelet's sanitizeNodeAllocatable raises allocatable to
-// the allocated devices at admission, while a new pod sees nothing free. A NodeDevice counts
+// running pods' devices still theirs), summed; only the devices pods hold (the agent's last
+// status) when the agent is not ready. The floor keeps running pods fitting the node, as the
+// kubelet's sanitizeNodeAllocatable raises allocatable to the allocated devices at admission,
+// while a new pod sees nothing free: a kubelet that restarts re-admits every running pod against
+// the Node's allocatable, and kills those that do not fit (OutOf<resource>), which a zero did to
+// every device pod of a node whose agent was away when its kubelet restarted. A NodeDevice counts
 // only once it holds the node-capacity finalizer, so every resource the node publishes has a
 // NodeDevice that cannot vanish before the resource is back at zero. A resource with a live shard
 // that does not hold the finalizer yet is left out, so the node keeps what it publishes until
@@ -86,7 +89,7 @@ func desiredCapacity(status corev1.NodeStatus, nds []kdv1alpha1.NodeDevice, agen
 			incomplete[name] = true
 			continue
 		}
-		n := int64(0)
+		n := int64(nds[i].Status.Allocated)
 		if agentReady {
 			n = int64(max(nds[i].Status.Allocatable, nds[i].Status.Allocated))
 		}

@@ -83,6 +83,18 @@ func TestDesiredCapacity(t *testing.T) {
 			agentReady: true,
 			want:       map[corev1.ResourceName]int64{gopher: 5, "example.com/other": 4},
 		},
+		"only the devices pods hold while the agent is not ready, per shard, so a restarting kubelet admits its running pods again": {
+			nds: func() []kdv1alpha1.NodeDevice {
+				held := nd("a-0", gopher, 4, false, NodeCapacityFinalizer)
+				held.Status.Capacity, held.Status.Allocated = 4, 3
+				other := nd("a-1", gopher, 2, false, NodeCapacityFinalizer)
+				other.Status.Capacity, other.Status.Allocated = 2, 1
+				free := nd("b", "example.com/other", 4, false, NodeCapacityFinalizer)
+				free.Status.Capacity = 4
+				return []kdv1alpha1.NodeDevice{held, other, free}
+			}(),
+			want: map[corev1.ResourceName]int64{gopher: 4, "example.com/other": 0},
+		},
 		"shards are summed, resources kept apart": {
 			nds: []kdv1alpha1.NodeDevice{
 				nd("a-0", gopher, 128, false, NodeCapacityFinalizer), nd("a-1", gopher, 3, false, NodeCapacityFinalizer),

@@ -40,6 +40,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 )
@@ -83,6 +84,8 @@ func envOr(key, fallback string) string {
 }
 
 var _ = BeforeSuite(func(ctx context.Context) {
+	// controller-runtime's clients log through its logger: the spec's output.
+	logf.SetLogger(GinkgoLogr)
 	SetDefaultEventuallyTimeout(90 * time.Second)
 	SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
 	// Eventually(ctx, ...) gives up after the default timeout too, not only when the spec's

@@ -71,14 +71,18 @@ func upNodeB(ctx context.Context, label string) {
 	recordTiming(label+"node-b.sh up -> node B Ready", time.Since(start))
 	DeferCleanup(func(ctx context.Context) {
 		nodeBStep(ctx, "down")
-		pods, err := clientset.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeBName()})
-		Expect(err).NotTo(HaveOccurred())
-		for _, p := range pods.Items {
-			err := clientset.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-			Expect(client.IgnoreNotFound(err)).To(Succeed())
-		}
-		err = clientset.CoreV1().Nodes().Delete(ctx, nodeBName(), metav1.DeleteOptions{})
+		// The Node first: the DaemonSets would otherwise put their pods on it again.
+		err := clientset.CoreV1().Nodes().Delete(ctx, nodeBName(), metav1.DeleteOptions{})
 		Expect(client.IgnoreNotFound(err)).To(Succeed())
+		Eventually(ctx, func(g Gomega) {
+			pods, err := clientset.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeBName()})
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, p := range pods.Items {
+				err := clientset.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				g.Expect(client.IgnoreNotFound(err)).To(Succeed())
+			}
+			g.Expect(pods.Items).To(BeEmpty(), "pods left on node %s", nodeBName())
+		}).Should(Succeed())
 	}, NodeTimeout(3*time.Minute))
 }
 
@@ -224,12 +228,14 @@ func describeTwoNodes() {
 		)
 		BeforeAll(func(ctx context.Context) {
 			setUp(ctx, label, installWithKustomize)
+			// Before node B, so that node B goes first at the end (its pods cannot end while its
+			// kubelet is down) and the namespace's deletion finds them gone.
+			ns = newNamespace(ctx)
 			upNodeB(ctx, label)
 			expectDaemonSetOnNodes(ctx, kubedeviceNamespace, agentDaemonSet, 2)
 			installTwoNodeGophers(ctx)
 			expectOffered(ctx, node.Name, int64(len(gophersA)))
 			expectOffered(ctx, nodeBName(), int64(len(gophersB)))
-			ns = newNamespace(ctx)
 		}, NodeTimeout(20*time.Minute))
 		AfterEach(func(ctx context.Context) {
 			if CurrentSpecReport().Failed() {
