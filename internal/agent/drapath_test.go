@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -117,12 +119,19 @@ func TestChooseDRAPath(t *testing.T) {
 		selector string
 		labels   map[string]string
 		want     bool
+		// log is the choice's log line.
+		log string
 	}{
-		"equality matches":        {"kubedevice.io/dra=true", map[string]string{"kubedevice.io/dra": "true", "zone": "a"}, true},
-		"equality does not match": {"kubedevice.io/dra=true", map[string]string{"kubedevice.io/dra": "false"}, false},
-		"label missing":           {"kubedevice.io/dra=true", nil, false},
-		"set matches":             {"pool in (gpu-a,gpu-b),!legacy", map[string]string{"pool": "gpu-b"}, true},
-		"excluded by a key":       {"pool in (gpu-a,gpu-b),!legacy", map[string]string{"pool": "gpu-a", "legacy": ""}, false},
+		"equality matches": {"kubedevice.io/dra=true", map[string]string{"kubedevice.io/dra": "true", "zone": "a"}, true,
+			`"level"=0 "msg"="Serving the DRA resources through DRA: the node's labels match --dra-node-selector" "draNodeSelector"="kubedevice.io/dra=true" "nodeLabels"={"kubedevice.io/dra"="true"} "draResources"="example.com/*"`},
+		"equality does not match": {"kubedevice.io/dra=true", map[string]string{"kubedevice.io/dra": "false"}, false,
+			`"level"=0 "msg"="Serving every resource through node capacity, as without --dra-resources: the node's labels do not match --dra-node-selector" "draNodeSelector"="kubedevice.io/dra=true" "nodeLabels"={"kubedevice.io/dra"="false"} "draResources"="example.com/*"`},
+		"label missing": {"kubedevice.io/dra=true", nil, false,
+			`"level"=0 "msg"="Serving every resource through node capacity, as without --dra-resources: the node's labels do not match --dra-node-selector" "draNodeSelector"="kubedevice.io/dra=true" "nodeLabels"={} "draResources"="example.com/*"`},
+		"set matches": {"pool in (gpu-a,gpu-b),!legacy", map[string]string{"pool": "gpu-b"}, true,
+			`"level"=0 "msg"="Serving the DRA resources through DRA: the node's labels match --dra-node-selector" "draNodeSelector"="!legacy,pool in (gpu-a,gpu-b)" "nodeLabels"={"pool"="gpu-b"} "draResources"="example.com/*"`},
+		"excluded by a key": {"pool in (gpu-a,gpu-b),!legacy", map[string]string{"pool": "gpu-a", "legacy": ""}, false,
+			`"level"=0 "msg"="Serving every resource through node capacity, as without --dra-resources: the node's labels do not match --dra-node-selector" "draNodeSelector"="!legacy,pool in (gpu-a,gpu-b)" "nodeLabels"={"legacy"="" "pool"="gpu-a"} "draResources"="example.com/*"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Now())
@@ -131,13 +140,16 @@ func TestChooseDRAPath(t *testing.T) {
 			if p.servedByDRA("example.com/gopher") {
 				t.Error("a resource is served through DRA before the choice")
 			}
-			if err := choose(t.Context(), t, r, p); err != nil {
+			var logged []string
+			ctx := logr.NewContext(t.Context(), funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{}))
+			if err := choose(ctx, t, r, p); err != nil {
 				t.Fatal(err)
 			}
 			got := map[string]any{
 				"choice": p.served, "gopher": p.servedByDRA("example.com/gopher"), "other": p.servedByDRA("other.com/gpu"), "reads": len(r.gets),
+				"log": logged,
 			}
-			want := map[string]any{"choice": tc.want, "gopher": tc.want, "other": false, "reads": 1}
+			want := map[string]any{"choice": tc.want, "gopher": tc.want, "other": false, "reads": 1, "log": []string{tc.log}}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
