@@ -340,8 +340,9 @@ func (o *Options) ParseFlags(core *nodeagent.Flags) error {
 
 // Validate checks opts against the core's configuration cfg before anything starts: the node
 // name is set, the state directory (when set) is an absolute path that is not the plugin
-// directory, and the PodResources socket (when served) is an absolute path outside the
-// directories whose sockets the core treats as device plugins'. Setup checks the rest. An error
+// directory, a DRA node selector comes with DRA resources, and the PodResources socket (when
+// served) is an absolute path outside the directories whose sockets the core treats as device
+// plugins'. Setup checks the rest. An error
 // but ErrNoNodeName names the flag of the setting.
 func (o Options) Validate(cfg nodeagent.Config) error {
 	if o.NodeName == "" {
