@@ -162,14 +162,14 @@ type Options struct {
 	// Clock drives every timestamp, timer and delay of the agent; nil means the real clock.
 	Clock clock.WithTicker
 	// DRAResources are the resources served through DRA (--dra-resources): the agent is their
-	// DRA driver (package dra). The core's Config.ServedByDRA must be DRAResources.Match. None:
-	// no DRA flow runs.
+	// DRA driver (package dra). The core's Config.ServedByDRA must be ServedByDRA(). None: no
+	// DRA flow runs.
 	DRAResources dra.Resources
 	// DRANodeSelector, when set (--dra-node-selector), limits DRAResources to the nodes whose
 	// labels it matches when the agent starts: the start-up reads the agent's Node once and, on
 	// any other node, the agent serves every resource through node capacity, as without
-	// DRAResources. Nil: every node serves DRAResources through DRA. The core's
-	// Config.ServedByDRA must then be ServedByDRA(), which follows that choice.
+	// DRAResources. Nil: every node serves DRAResources through DRA. ServedByDRA() follows
+	// that choice.
 	DRANodeSelector labels.Selector
 	// DRA configures the DRA flow (its directories; the rest Setup fills in).
 	DRA dra.Options
@@ -342,8 +342,7 @@ func (o *Options) ParseFlags(core *nodeagent.Flags) error {
 // name is set, the state directory (when set) is an absolute path that is not the plugin
 // directory, a DRA node selector comes with DRA resources, and the PodResources socket (when
 // served) is an absolute path outside the directories whose sockets the core treats as device
-// plugins'. Setup checks the rest. An error
-// but ErrNoNodeName names the flag of the setting.
+// plugins'. Setup checks the rest. An error but ErrNoNodeName names the flag of the setting.
 func (o Options) Validate(cfg nodeagent.Config) error {
 	if o.NodeName == "" {
 		return ErrNoNodeName
@@ -389,11 +388,11 @@ func parseNodeSelector(s string) (labels.Selector, error) {
 }
 
 // ServedByDRA returns what the core's Config.ServedByDRA must be for these options: nil when
-// DRAResources names nothing; DRAResources.Match without DRANodeSelector; with one, DRAResources.Match
-// once the agent's start-up has found its Node's labels matching it, and false for every
-// resource otherwise (and before: nothing asks the core before the start-up gate opens). Setup must
-// be given these options (or a copy made after this call): the start-up makes the choice the
-// returned function follows. One agent run per Options.
+// DRAResources names nothing; DRAResources.Match without DRANodeSelector; with one,
+// DRAResources.Match once the agent's start-up has found its Node's labels matching it, and false
+// for every resource otherwise (and before: nothing asks the core before the start-up gate
+// opens). Setup must be given these options (or a copy made after this call): the start-up makes
+// the choice the returned function follows. One agent run per Options.
 func (o *Options) ServedByDRA() func(resource string) bool {
 	switch {
 	case !o.DRAResources.Any():
