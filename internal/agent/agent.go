@@ -26,7 +26,6 @@ import (
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
 
 	"github.com/kubedevice/kubedevice/internal/agent/allocation"
-	"github.com/kubedevice/kubedevice/internal/agent/dra"
 	"github.com/kubedevice/kubedevice/internal/agent/injection"
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/agent/mirror"
@@ -51,7 +50,9 @@ type Agent struct {
 // starts it, runtime injection (the NRI plugin with RuntimeInjectionNRI, and the controller that
 // calls PreStartContainer ahead of container starts), the PodResources API server (unless its
 // socket path is empty), the pod controller that allocates and frees devices and mirrors
-// DeviceAllocations, the NodeDevice mirror, and the Lease. The manager's cache must be built with
+// DeviceAllocations, the NodeDevice mirror, the DRA flow for opts.DRAResources or else the removal
+// of the node's old ResourceSlices (with opts.DRANodeSelector, whichever the start-up chooses from
+// the Node's labels), and the Lease. The manager's cache must be built with
 // CacheOptions(opts.NodeName), and the field indexes of package indexer registered on it
 // (indexer.Setup). The agent starts and stops dm; it must not have been started. In observe mode
 // (ModeObserve) the agent is set up by setupObserve instead and dm is not used (it may be nil).
@@ -97,14 +98,8 @@ func Setup(mgr ctrl.Manager, dm *nodeagent.Manager, opts Options) (*Agent, error
 	}); err != nil {
 		return nil, fmt.Errorf("setting up the NodeDevice mirror: %w", err)
 	}
-	if opts.DRAResources.Any() {
-		d := opts.DRA
-		d.NodeName, d.Core, d.Gate = opts.NodeName, dm, gate
-		if err := dra.Setup(mgr, d); err != nil {
-			return nil, fmt.Errorf("setting up the DRA kubelet plugin: %w", err)
-		}
-	} else if err := dra.SetupWithdrawal(mgr, opts.NodeName, gate); err != nil {
-		return nil, fmt.Errorf("setting up the removal of old ResourceSlices: %w", err)
+	if err := setupDRA(mgr, dm, gate, opts); err != nil {
+		return nil, err
 	}
 	if err := mgr.Add(&leaseRenewer{opts: opts, gate: gate, client: mgr.GetClient(), apiReader: mgr.GetAPIReader()}); err != nil {
 		return nil, fmt.Errorf("adding the agent's Lease: %w", err)

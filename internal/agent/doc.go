@@ -35,7 +35,11 @@ limitations under the License.
 // # Start-up
 //
 // Before anything is allocated, freed or mirrored, a runnable (startup.go) restores the core's
-// checkpoint (the truth on the node). A corrupt checkpoint is reported (Warning event
+// checkpoint (the truth on the node). First, with --dra-node-selector, it reads the agent's Node
+// from the cache (again with backoff while it cannot) and chooses from its labels, once, whether
+// the node serves --dra-resources through DRA (drapath.go): the core's ServedByDRA follows that
+// choice, and the DRA flow, or else the removal of the node's old ResourceSlices, starts once it
+// is made. A corrupt checkpoint is reported (Warning event
 // CheckpointCorrupt on the Node, kubedevice_agent_checkpoint_rebuilds_total) and the allocations
 // are rebuilt from the node's DeviceAllocations (RestoreAllocations). The cordons of the node's
 // NodeDevices are handed to the core, runtime injection is told which resources' plugins required

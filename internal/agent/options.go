@@ -27,6 +27,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -161,15 +162,25 @@ type Options struct {
 	// Clock drives every timestamp, timer and delay of the agent; nil means the real clock.
 	Clock clock.WithTicker
 	// DRAResources are the resources served through DRA (--dra-resources): the agent is their
-	// DRA driver (package dra). The core's Config.ServedByDRA must be DRAResources.Match. None:
-	// no DRA flow runs.
+	// DRA driver (package dra). The core's Config.ServedByDRA must be ServedByDRA(). None: no
+	// DRA flow runs.
 	DRAResources dra.Resources
+	// DRANodeSelector, when set (--dra-node-selector), limits DRAResources to the nodes whose
+	// labels it matches when the agent starts: the start-up reads the agent's Node once and, on
+	// any other node, the agent serves every resource through node capacity, as without
+	// DRAResources. Nil: every node serves DRAResources through DRA. ServedByDRA() follows
+	// that choice.
+	DRANodeSelector labels.Selector
 	// DRA configures the DRA flow (its directories; the rest Setup fills in).
 	DRA dra.Options
 
 	// draResourcesFlag holds the values of --dra-resources, which ParseFlags parses into
-	// DRAResources.
-	draResourcesFlag []string
+	// DRAResources; draNodeSelectorFlag the value of --dra-node-selector, into DRANodeSelector.
+	draResourcesFlag    []string
+	draNodeSelectorFlag string
+	// draPath is the start-up's choice of the DRA path on this node when DRANodeSelector is set;
+	// ServedByDRA creates it, so the core and every copy of the options share it.
+	draPath *draPath
 }
 
 var (
@@ -268,6 +279,8 @@ var (
 	errDRA = errors.New("--dra-resources")
 	// errStateDir is Validate's error for a state directory that is relative or the plugin directory.
 	errStateDir = errors.New("want an absolute directory other than the plugin directory, which every device plugin mounts read-write")
+	// errDRANodeSelectorAlone is Validate's error for --dra-node-selector without --dra-resources.
+	errDRANodeSelectorAlone = errors.New("it chooses the nodes that serve --dra-resources through DRA, and --dra-resources names no resource: set both, or neither")
 	// errNoNodeNameFlag is ParseFlags' ErrNoNodeName.
 	errNoNodeNameFlag = errors.New("--node-name is required when $NODE_NAME is not set")
 )
@@ -287,6 +300,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Func("dra-resources",
 		"Resources served through DRA, the agent being their DRA driver kubedevice.io (ResourceSlices, prepare through the kubelet, CDI): exact names, domain/* or *, comma-separated, repeatable. A resource is served by one path: these get no node capacity and are never allocated to pods through the device plugin path.",
 		func(v string) error { o.draResourcesFlag = append(o.draResourcesFlag, v); return nil })
+	fs.StringVar(&o.draNodeSelectorFlag, "dra-node-selector", "",
+		"Label selector (kubectl's syntax: key=value,key in (a,b),!key) of the nodes that serve --dra-resources through DRA, to move a cluster to DRA node by node. The agent reads its Node's labels once when it starts: on a node they do not match, it serves every resource through node capacity, as without --dra-resources, and removes the node's kubedevice.io ResourceSlices. A change of the labels takes effect at the agent's next start. Empty: every node.")
 	o.Observe.AddFlags(fs)
 	o.NRI.AddFlags(fs)
 	o.PodResources.AddFlags(fs)
@@ -313,9 +328,10 @@ func (o *Options) ParseFlags(core *nodeagent.Flags) error {
 	if o.DRAResources, err = dra.ParseResources(o.draResourcesFlag); err != nil {
 		return fmt.Errorf("--dra-resources: %w", err)
 	}
-	if o.DRAResources.Any() {
-		core.ServedByDRA = o.DRAResources.Match
+	if o.DRANodeSelector, err = parseNodeSelector(o.draNodeSelectorFlag); err != nil {
+		return fmt.Errorf("--dra-node-selector: %w", err)
 	}
+	core.ServedByDRA = o.ServedByDRA()
 	if err = o.Validate(core.Config); errors.Is(err, ErrNoNodeName) {
 		return errNoNodeNameFlag
 	}
@@ -324,15 +340,18 @@ func (o *Options) ParseFlags(core *nodeagent.Flags) error {
 
 // Validate checks opts against the core's configuration cfg before anything starts: the node
 // name is set, the state directory (when set) is an absolute path that is not the plugin
-// directory, and the PodResources socket (when served) is an absolute path outside the
-// directories whose sockets the core treats as device plugins'. Setup checks the rest. An error
-// but ErrNoNodeName names the flag of the setting.
+// directory, a DRA node selector comes with DRA resources, and the PodResources socket (when
+// served) is an absolute path outside the directories whose sockets the core treats as device
+// plugins'. Setup checks the rest. An error but ErrNoNodeName names the flag of the setting.
 func (o Options) Validate(cfg nodeagent.Config) error {
 	if o.NodeName == "" {
 		return ErrNoNodeName
 	}
 	if d := cfg.StateDir; d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) == filepath.Clean(cfg.PluginDir)) {
 		return fmt.Errorf("--state-dir=%q: %w", d, errStateDir)
+	}
+	if o.DRANodeSelector != nil && !o.DRAResources.Any() {
+		return fmt.Errorf("--dra-node-selector=%q: %w", o.DRANodeSelector.String(), errDRANodeSelectorAlone)
 	}
 	if o.DRAResources.Any() {
 		if cfg.ServedByDRA == nil {
@@ -354,4 +373,35 @@ func (o Options) Validate(cfg nodeagent.Config) error {
 		return fmt.Errorf("--pod-resources-socket=%q: %w", s, errPodResourcesSocket)
 	}
 	return nil
+}
+
+// parseNodeSelector parses the value of --dra-node-selector: nil when it selects every node (empty).
+func parseNodeSelector(s string) (labels.Selector, error) {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if sel.Empty() {
+		return nil, nil
+	}
+	return sel, nil
+}
+
+// ServedByDRA returns what the core's Config.ServedByDRA must be for these options: nil when
+// DRAResources names nothing; DRAResources.Match without DRANodeSelector; with one,
+// DRAResources.Match once the agent's start-up has found its Node's labels matching it, and false
+// for every resource otherwise (and before: nothing asks the core before the start-up gate
+// opens). Setup must be given these options (or a copy made after this call): the start-up makes
+// the choice the returned function follows. One agent run per Options.
+func (o *Options) ServedByDRA() func(resource string) bool {
+	switch {
+	case !o.DRAResources.Any():
+		return nil
+	case o.DRANodeSelector == nil:
+		return o.DRAResources.Match
+	}
+	if o.draPath == nil {
+		o.draPath = newDRAPath(o.DRAResources, o.DRANodeSelector)
+	}
+	return o.draPath.servedByDRA
 }

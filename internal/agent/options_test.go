@@ -129,14 +129,19 @@ func TestParseFlagsErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		"mode":             {[]string{"--mode=watch"}, `--mode: unknown mode "watch"`},
-		"observed":         {[]string{"--observe-resources=kubernetes.io/gpu"}, `--observe-resources: "kubernetes.io/gpu" is not`},
-		"topology scope":   {[]string{"--topology-scope=node"}, `--topology-scope: parsing topology scope "node"`},
-		"policy options":   {[]string{"--topology-policy-options=x=y"}, "--topology-policy-options: "},
-		"allocate policy":  {[]string{"--allocate-policy=/nonexistent"}, "--allocate-policy: "},
-		"injection":        {[]string{"--runtime-injection=cri"}, `--runtime-injection: unknown runtime injection "cri"`},
-		"dra resources":    {[]string{"--dra-resources=a b"}, `--dra-resources: DRA resource pattern "a b"`},
-		"dra directory":    {[]string{"--dra-resources=*", "--cdi-dir=cdi"}, `--dra-resources: DRA options: the CDI directory must be an absolute path, got "cdi"`},
+		"mode":              {[]string{"--mode=watch"}, `--mode: unknown mode "watch"`},
+		"observed":          {[]string{"--observe-resources=kubernetes.io/gpu"}, `--observe-resources: "kubernetes.io/gpu" is not`},
+		"topology scope":    {[]string{"--topology-scope=node"}, `--topology-scope: parsing topology scope "node"`},
+		"policy options":    {[]string{"--topology-policy-options=x=y"}, "--topology-policy-options: "},
+		"allocate policy":   {[]string{"--allocate-policy=/nonexistent"}, "--allocate-policy: "},
+		"injection":         {[]string{"--runtime-injection=cri"}, `--runtime-injection: unknown runtime injection "cri"`},
+		"dra resources":     {[]string{"--dra-resources=a b"}, `--dra-resources: DRA resource pattern "a b"`},
+		"dra directory":     {[]string{"--dra-resources=*", "--cdi-dir=cdi"}, `--dra-resources: DRA options: the CDI directory must be an absolute path, got "cdi"`},
+		"dra node selector": {[]string{"--dra-resources=*", "--dra-node-selector=pool in gpu"}, "--dra-node-selector: "},
+		"dra node selector without dra resources": {
+			[]string{"--dra-node-selector=kubedevice.io/dra=true"},
+			`--dra-node-selector="kubedevice.io/dra=true": it chooses the nodes that serve --dra-resources through DRA, and --dra-resources names no resource`,
+		},
 		"node name":        {[]string{"--node-name="}, "--node-name is required when $NODE_NAME is not set"},
 		"state dir":        {[]string{"--state-dir=state"}, `--state-dir="state": want an absolute directory`},
 		"socket":           {[]string{"--pod-resources-socket=pr.sock"}, `--pod-resources-socket="pr.sock": want an absolute path`},
@@ -147,5 +152,43 @@ func TestParseFlagsErrors(t *testing.T) {
 				t.Errorf("%q: error %v, want one starting %q", tc.args, err, tc.want)
 			}
 		})
+	}
+}
+
+// --dra-node-selector: the core serves the DRA resources through DRA only once the start-up has
+// chosen DRA for the node, and the options Setup is given share that choice; without a selector
+// (or with an empty one) it serves them from the start, as before the flag existed.
+func TestParseFlagsDRANodeSelector(t *testing.T) {
+	t.Setenv("NODE_NAME", "n1")
+	o, cfg, err := parseFlags(t, "--dra-resources=example.com/*", "--dra-node-selector=kubedevice.io/dra=true, pool in (a,b)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := o.DRANodeSelector.String(), "kubedevice.io/dra=true,pool in (a,b)"; got != want {
+		t.Errorf("selector %q, want %q", got, want)
+	}
+	if cfg.ServedByDRA == nil || cfg.ServedByDRA("example.com/gopher") {
+		t.Fatal("the core serves a resource through DRA before the start-up chose, or knows no DRA resource")
+	}
+	copied := o
+	if copied.draPath == nil || copied.draPath != o.draPath || o.ServedByDRA() == nil {
+		t.Fatal("the options' copies do not share the choice the core follows")
+	}
+	copied.draPath.decide(true)
+	if !cfg.ServedByDRA("example.com/gopher") || cfg.ServedByDRA("other.com/gpu") {
+		t.Error("after choosing DRA, the core does not serve exactly --dra-resources through DRA")
+	}
+
+	for _, sel := range []string{"", " "} {
+		o, cfg, err := parseFlags(t, "--dra-resources=example.com/*", "--dra-node-selector="+sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.DRANodeSelector != nil || o.draPath != nil || !cfg.ServedByDRA("example.com/gopher") {
+			t.Errorf("selector %q: %v, choice %v, served %v; want no selector and DRA from the start", sel, o.DRANodeSelector, o.draPath, cfg.ServedByDRA("example.com/gopher"))
+		}
+	}
+	if o, cfg, err := parseFlags(t, "--dra-node-selector="); err != nil || o.DRANodeSelector != nil || cfg.ServedByDRA != nil {
+		t.Errorf("an empty selector without --dra-resources: %v, %v, ServedByDRA set %v; want accepted, nothing through DRA", err, o.DRANodeSelector, cfg.ServedByDRA != nil)
 	}
 }

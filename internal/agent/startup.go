@@ -39,8 +39,8 @@ import (
 	"github.com/kubedevice/kubedevice/internal/nodeagent/checkpoint"
 )
 
-// startupTimeout bounds the start-up's API calls (listing the node's DeviceAllocations,
-// NodeDevices and pods) and checkpoint work.
+// startupTimeout bounds the start-up's API calls (reading the Node for --dra-node-selector,
+// listing the node's DeviceAllocations, NodeDevices and pods) and checkpoint work.
 const startupTimeout = 2 * time.Minute
 
 // Core is the device manager core as the agent wires it: what start-up and the readiness check
@@ -100,10 +100,17 @@ func (s *startup) Start(ctx context.Context) error {
 	return nil
 }
 
-// restore brings the core's state back before it starts, within startupTimeout.
+// restore brings the core's state back before it starts, within startupTimeout; first, with
+// --dra-node-selector, it chooses whether the node serves --dra-resources through DRA, which the
+// core then follows (Options.ServedByDRA).
 func (s *startup) restore(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
+	if p := s.opts.draPath; p != nil {
+		if err := chooseDRAPath(ctx, s.client, s.opts.Clock, s.opts.NodeName, p); err != nil {
+			return err
+		}
+	}
 	res, err := s.core.RestoreCheckpoint(ctx)
 	corrupt, isCorrupt := corruptCheckpoint(err)
 	switch {

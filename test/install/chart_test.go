@@ -27,6 +27,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"sigs.k8s.io/yaml"
 )
 
@@ -306,6 +307,47 @@ func TestChartRefusesBadValues(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("helm template --set %v failed without naming %q:\n%v", tc.set, tc.want, err)
+			}
+		})
+	}
+}
+
+// TestDRANodeSelectorNeedsDRAResources: agent.draNodeSelector becomes --dra-node-selector, quoted
+// whole whatever its syntax, only when the agent serves resources through DRA (the agent refuses
+// the selector without --dra-resources, and observe mode serves nothing through DRA).
+func TestDRANodeSelectorNeedsDRAResources(t *testing.T) {
+	const sel = "kubedevice.io/dra=true,pool in (a,b),!legacy"
+	cases := map[string]struct {
+		agent map[string]any
+		want  map[string]string
+	}{
+		"without draResources": {agent: map[string]any{"draNodeSelector": sel}},
+		"with draResources": {
+			agent: map[string]any{"draNodeSelector": sel, "draResources": "example.com/*"},
+			want:  map[string]string{"dra-resources": "example.com/*", "dra-node-selector": sel},
+		},
+		"in observe mode": {agent: map[string]any{"draNodeSelector": sel, "draResources": "example.com/*", "mode": "observe"}},
+		"empty":           {agent: map[string]any{"draResources": "example.com/*"}, want: map[string]string{"dra-resources": "example.com/*"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			data, err := yaml.Marshal(map[string]any{"agent": tc.agent})
+			if err != nil {
+				t.Fatal(err)
+			}
+			values := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(values, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ds := toDaemonSet(t, find(t, helmTemplate(t, namespace, "--values", values), "DaemonSet", "kubedevice-agent"))
+			got := map[string]string{}
+			for k, v := range flags(ds.Spec.Template.Spec.Containers[0]) {
+				if strings.HasPrefix(k, "dra-") {
+					got[k] = v
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("the agent's DRA flags (-want +got):\n%s", diff)
 			}
 		})
 	}

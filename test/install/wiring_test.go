@@ -327,6 +327,7 @@ var omittedFlags = map[string]bool{
 	// DRA's: config/components/dra passes them (the chart with agent.draResources); config/default
 	// serves every resource through node capacity.
 	"dra-resources":        true,
+	"dra-node-selector":    true,
 	"kubelet-plugins-dir":  true,
 	"kubelet-registry-dir": true,
 	"cdi-dir":              true,

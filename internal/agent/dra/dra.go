@@ -29,6 +29,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
@@ -110,24 +111,35 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 // service) and the publishing of the DRA-served resources' ResourceSlices, republished on every
 // change of the core.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	if err := opts.Validate(); err != nil {
+	r, err := New(mgr, opts)
+	if err != nil {
 		return err
 	}
+	return mgr.Add(r)
+}
+
+// New returns the DRA flow Setup adds to mgr, for a caller that starts it itself: the agent when
+// its start-up decides whether the node serves its resources through DRA (--dra-node-selector).
+// Nothing happens on the node or in the API server before it is started.
+func New(mgr ctrl.Manager, opts Options) (manager.Runnable, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	if opts.Core == nil || opts.Gate == nil {
-		return errors.New("DRA flow: the core and the start-up gate are required")
+		return nil, errors.New("DRA flow: the core and the start-up gate are required")
 	}
 	if opts.KubeClient == nil {
 		cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 		if err != nil {
-			return fmt.Errorf("DRA flow: building the Kubernetes client: %w", err)
+			return nil, fmt.Errorf("DRA flow: building the Kubernetes client: %w", err)
 		}
 		opts.KubeClient = cs
 	}
 	w, err := newCDIWriter(opts.CDIDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return mgr.Add(&runner{opts: opts, driver: &driver{core: opts.Core, cdi: w, fatal: make(chan error, 1)}})
+	return &runner{opts: opts, driver: &driver{core: opts.Core, cdi: w, fatal: make(chan error, 1)}}, nil
 }
 
 // runner runs the kubelet plugin and the publisher.

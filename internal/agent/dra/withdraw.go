@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kubedevice/kubedevice/internal/agent/kube"
 )
@@ -37,7 +38,13 @@ import (
 // offer devices no driver on the node prepares. It runs once the agent has started. A cluster
 // without resource.k8s.io/v1 has none to remove.
 func SetupWithdrawal(mgr ctrl.Manager, node string, gate *kube.Gate) error {
-	return mgr.Add(&withdrawal{node: node, gate: gate, reader: mgr.GetAPIReader(), client: mgr.GetClient()})
+	return mgr.Add(NewWithdrawal(mgr, node, gate))
+}
+
+// NewWithdrawal returns the removal SetupWithdrawal adds to mgr, for a caller that starts it
+// itself (as New does for the DRA flow).
+func NewWithdrawal(mgr ctrl.Manager, node string, gate *kube.Gate) manager.Runnable {
+	return &withdrawal{node: node, gate: gate, reader: mgr.GetAPIReader(), client: mgr.GetClient()}
 }
 
 type withdrawal struct {

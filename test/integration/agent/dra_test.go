@@ -32,6 +32,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1"
@@ -524,5 +525,98 @@ var _ = Describe("Switching a resource to DRA on a live node", func() {
 			return taintKeys(d), err
 		}).Should(BeEmpty())
 		Expect(n.prepare(stolen).GetError()).To(BeEmpty())
+	})
+})
+
+// draLabel is the Node label the specs of --dra-node-selector choose DRA nodes by.
+const draLabel = "kubedevice.io/dra"
+
+// withDRANodeSelector limits the agent's DRA resources to the nodes whose labels match sel
+// (--dra-node-selector).
+func withDRANodeSelector(sel string) func(*agent.Options) {
+	return func(o *agent.Options) {
+		s, err := labels.Parse(sel)
+		Expect(err).NotTo(HaveOccurred())
+		o.DRANodeSelector = s
+	}
+}
+
+// pathOf returns the path status of the node's gopher NodeDevice.
+func (n *nodeAgent) pathOf() func() (kdv1alpha1.DevicePath, error) {
+	return func() (kdv1alpha1.DevicePath, error) {
+		nd, err := n.nodeDevice(gopher, 0)()
+		if err != nil {
+			return "", err
+		}
+		return nd.Status.EffectivePath(), nil
+	}
+}
+
+// labelNode sets the node's draLabel to value.
+func (n *nodeAgent) labelNode(value string) {
+	GinkgoHelper()
+	node := &corev1.Node{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: n.name}, node)).To(Succeed())
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels[draLabel] = value
+	Expect(k8sClient.Patch(ctx, node, patch)).To(Succeed())
+}
+
+var _ = Describe("Choosing the DRA path node by node (--dra-node-selector)", func() {
+	// start runs an agent serving gopher through DRA on the nodes labelled draLabel=true, on a
+	// node whose draLabel is value, with a gopher plugin of two devices registered.
+	start := func(value string) (*nodeAgent, *dptest.Plugin) {
+		GinkgoHelper()
+		n := newNodeAgentWith(0, func(n *nodeAgent) { n.labels = map[string]string{draLabel: value} },
+			withDRA(string(gopher)), withDRANodeSelector(draLabel+"=true"))
+		p := n.plugin(gopher, gophers("g", 2))
+		n.register(p)
+		return n, p
+	}
+
+	It("publishes node capacity and no slices on a node whose labels do not match, and slices on one whose labels match", func() {
+		chosen, _ := start("true")
+		other, _ := start("false")
+
+		By("the matching node: its devices in slices, the NodeDevice's path DRA, no node capacity")
+		Eventually(deviceOf(chosen.name, string(gopher), "g-1")).ShouldNot(BeNil())
+		Eventually(chosen.pathOf()).Should(Equal(kdv1alpha1.DevicePathDRA))
+		Expect(nodeCapacity(chosen.name, gopher)()).To(BeEquivalentTo(-1))
+
+		By("the other node: node capacity, the NodeDevice's path NodeCapacity, no slices, pods allocated through it")
+		Eventually(nodeCapacity(other.name, gopher)).Should(BeEquivalentTo(2))
+		Expect(other.pathOf()()).To(Equal(kdv1alpha1.DevicePathNodeCapacity))
+		Consistently(slicesOf(other.name), "1s").Should(BeEmpty())
+		pod := createPod(testutil.MakePod("capacity", newNamespace()).Node(other.name).Request(gopher, 1))
+		Expect(deviceIDs(allocated(pod), gopher)).To(HaveLen(1))
+	})
+
+	It("takes a change of the node's labels at the agent's next start, either way", func() {
+		n, p := start("true")
+		devs := gophers("g", 2)
+		Eventually(deviceOf(n.name, string(gopher), "g-1")).ShouldNot(BeNil())
+
+		By("relabelled: nothing changes while the agent runs")
+		n.labelNode("false")
+		Consistently(func() (int, error) {
+			all, err := slicesOf(n.name)()
+			return len(all[string(gopher)]), err
+		}, "1s").Should(Equal(1))
+		Expect(n.pathOf()()).To(Equal(kdv1alpha1.DevicePathDRA))
+
+		By("restarted: the node's slices are removed and the resource goes to node capacity")
+		n.restart()
+		p = n.restartPlugin(p, devs)
+		Eventually(slicesOf(n.name)).Should(BeEmpty())
+		Eventually(n.pathOf()).Should(Equal(kdv1alpha1.DevicePathNodeCapacity))
+		Eventually(nodeCapacity(n.name, gopher)).Should(BeEquivalentTo(2))
+
+		By("labelled back and restarted: DRA again")
+		n.labelNode("true")
+		n.restart()
+		n.restartPlugin(p, devs)
+		Eventually(deviceOf(n.name, string(gopher), "g-1")).ShouldNot(BeNil())
+		Eventually(n.pathOf()).Should(Equal(kdv1alpha1.DevicePathDRA))
+		Eventually(nodeCapacity(n.name, gopher)).Should(BeEquivalentTo(-1))
 	})
 })

@@ -160,6 +160,8 @@ type nodeAgent struct {
 	core    func(*nodeagent.Config)
 	// apiHost, when set, is where the agent reaches the API server (a proxy the spec can cut).
 	apiHost string
+	// labels are the Node's labels when it is created.
+	labels map[string]string
 	// logs holds what the agent's managers logged, as they also write it to GinkgoWriter.
 	logs *logBuffer
 }
@@ -191,7 +193,8 @@ func newNodeAgent(grace time.Duration, options ...func(*agent.Options)) *nodeAge
 }
 
 // newNodeAgentWith is newNodeAgent with setup (if not nil) applied to the nodeAgent before its
-// agent first starts: to set its core's configuration or where it reaches the API server.
+// agent first starts: to set its core's configuration, its Node's labels or where it reaches the
+// API server.
 func newNodeAgentWith(grace time.Duration, setup func(*nodeAgent), options ...func(*agent.Options)) *nodeAgent {
 	GinkgoHelper()
 	dir, err := os.MkdirTemp("", "kd")
@@ -203,7 +206,11 @@ func newNodeAgentWith(grace time.Duration, setup func(*nodeAgent), options ...fu
 	if setup != nil {
 		setup(n)
 	}
-	n.node = testutil.MakeNode(n.name).Obj()
+	node := testutil.MakeNode(n.name)
+	for k, v := range n.labels {
+		node.Label(k, v)
+	}
+	n.node = node.Obj()
 	Expect(k8sClient.Create(ctx, n.node)).To(Succeed())
 	DeferCleanup(func() {
 		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, n.node))).To(Succeed())
@@ -236,7 +243,7 @@ func (n *nodeAgent) start() {
 		o(&opts)
 	}
 	if opts.DRAResources.Any() {
-		core.ServedByDRA = opts.DRAResources.Match
+		core.ServedByDRA = opts.ServedByDRA()
 		if opts.DRA.KubeletPluginsDir == "" {
 			opts.DRA.KubeletPluginsDir = filepath.Join(n.dir, "plugins")
 			opts.DRA.KubeletRegistryDir = filepath.Join(n.dir, "plugins_registry")
