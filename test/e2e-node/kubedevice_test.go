@@ -331,6 +331,7 @@ var _ = Describe("kubedevice on the real node", func() {
 	describeNodeEvents()
 	// A second node beside the first (twonodes_test.go, hack/e2e-node/node-b.sh).
 	describeTwoNodes()
+	describeMigration()
 
 	// The previous release upgraded to this tree and rolled back (upgrade_test.go).
 	describeUpgrade()

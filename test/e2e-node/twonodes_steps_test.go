@@ -49,10 +49,10 @@ import (
 
 const (
 	// controllerLeaseDuration and controllerRetryPeriod are controller-runtime's leader election
-	// defaults, which the controller keeps: a standby takes over at most their sum after the
-	// leader's last renewal.
+	// defaults, which the controller keeps: a standby takes over at most the Lease duration and
+	// one retry period (client-go jitters it by up to 1.2 times) after the leader's last renewal.
 	controllerLeaseDuration = 15 * time.Second
-	controllerRetryPeriod   = 2 * time.Second
+	controllerRetryPeriod   = 2400 * time.Millisecond
 	// agentLeaseDuration and agentRenewInterval are the agent's Lease defaults: a killed agent's
 	// Lease expires between their difference and agentLeaseDuration after its death.
 	agentLeaseDuration = 40 * time.Second
@@ -166,25 +166,28 @@ func createOpts(nodeName string) []client.CreateOption {
 }
 
 // nodeBAway stops node B's kubelet and kills its agent (nothing restarts it), and checks while
-// node B's gophers go to zero at its agent's Lease expiry that node A's never move nor its pod;
+// node B's free gophers are withdrawn at its agent's Lease expiry that node A's never move nor its pod;
 // then starts the kubelet again, which restarts the agent, and checks node B is as it was.
 func nodeBAway(ctx context.Context, label, ns string, onA, onB devicePod) {
+	// While the agent is away, node B keeps offering the gophers its pod holds, so its kubelet,
+	// when it starts again, admits that pod again; the free one is withdrawn.
+	held := int64(len(onB.gophers))
 	stopped := time.Now()
 	nodeBStep(ctx, "kubelet-stop")
 	nodeBStep(ctx, "agent-kill")
 	var zeroed time.Time
 	for zeroed.IsZero() {
-		Expect(time.Since(stopped)).To(BeNumerically("<", 2*time.Minute), "node B's gophers were never withdrawn")
+		Expect(time.Since(stopped)).To(BeNumerically("<", 2*time.Minute), "node B's free gophers were never withdrawn")
 		cA, aA := offeredOn(ctx, Default, node.Name)
 		Expect([]int64{cA, aA}).To(Equal([]int64{int64(len(gophersA)), int64(len(gophersA))}), "node A's gophers while node B is away")
-		if cB, aB := offeredOn(ctx, Default, nodeBName()); cB == 0 && aB == 0 {
+		if cB, aB := offeredOn(ctx, Default, nodeBName()); cB == held && aB == held {
 			zeroed = time.Now()
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	recordTiming(label+"3. node B's kubelet and agent stopped -> node B offers 0 gophers", zeroed.Sub(stopped))
+	recordTiming(label+"3. node B's kubelet and agent stopped -> node B offers only the gophers its pod holds", zeroed.Sub(stopped))
 	Expect(zeroed.Sub(stopped)).To(BeNumerically(">=", agentLeaseDuration-agentRenewInterval-time.Second),
-		"node B's gophers withdrawn before its agent's Lease could have expired")
+		"node B's free gophers withdrawn before its agent's Lease could have expired")
 	Eventually(ctx, func(g Gomega) {
 		nds := &kdv1alpha1.NodeDeviceList{}
 		g.Expect(kd.List(ctx, nds, client.MatchingLabels{"kubedevice.io/node": nodeBName()})).To(Succeed())
@@ -334,6 +337,7 @@ func controllerFailover(ctx context.Context, label string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	recordTiming(label+"6. controller leader killed -> a new leader", tookOver.Sub(killed))
+	// A second for the API server's answers and the sampling on a loaded machine.
 	Expect(tookOver.Sub(killed)).To(BeNumerically("<=", controllerLeaseDuration+controllerRetryPeriod+time.Second))
 	Consistently(ctx, func(g Gomega) {
 		for n, want := range before {
@@ -379,4 +383,3 @@ func processOfPod(uid types.UID, exe string) int {
 	Fail(fmt.Sprintf("no %s process in pod %s", exe, uid))
 	return 0
 }
-

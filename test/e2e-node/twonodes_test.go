@@ -271,7 +271,7 @@ func describeTwoNodes() {
 			expectNodeScopedWrites(ctx, ns, one)
 		}, SpecTimeout(3*time.Minute))
 
-		It("3. keeps node A's pods and capacity while node B's kubelet and agent are gone, zeroes node B's at the Lease's expiry, and has node B back as it was", func(ctx context.Context) {
+		It("3. keeps node A's pods and capacity while node B's kubelet and agent are gone, withdraws node B's free gophers at the Lease's expiry, and has node B back as it was", func(ctx context.Context) {
 			nodeBAway(ctx, label, ns, three, one)
 		}, SpecTimeout(6*time.Minute))
 
