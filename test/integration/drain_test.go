@@ -132,7 +132,7 @@ var _ = Describe("kubedevice drain and uncordon", func() {
 		go func() {
 			defer GinkgoRecover()
 			time.Sleep(time.Second)
-			setBudget(budget, 1)
+			Eventually(func() error { return testutil.AllowDisruptions(ctx, k8sClient, budget, 1) }).Should(Succeed())
 		}()
 		Expect(remediation.Drain(ctx, k8sClient, cs, opts("gopher-0"))).To(Succeed())
 		Expect(errOut.String()).To(ContainSubstring("would violate the pod's disruption budget"))
@@ -214,21 +214,6 @@ func createBudget(ns, name string, allowed int32) *policyv1.PodDisruptionBudget 
 		},
 	}
 	Expect(k8sClient.Create(ctx, pdb)).To(Succeed())
-	setBudget(pdb, allowed)
+	Eventually(func() error { return testutil.AllowDisruptions(ctx, k8sClient, pdb, allowed) }).Should(Succeed())
 	return pdb
-}
-
-func setBudget(pdb *policyv1.PodDisruptionBudget, allowed int32) {
-	GinkgoHelper()
-	Eventually(func() error {
-		cur := &policyv1.PodDisruptionBudget{}
-		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pdb), cur); err != nil {
-			return err
-		}
-		cur.Status = policyv1.PodDisruptionBudgetStatus{
-			ObservedGeneration: cur.Generation, DisruptionsAllowed: allowed,
-			CurrentHealthy: 1 + allowed, DesiredHealthy: 1, ExpectedPods: 1 + allowed,
-		}
-		return k8sClient.Status().Update(ctx, cur)
-	}).Should(Succeed())
 }

@@ -129,7 +129,7 @@ var _ = Describe("Remediation of pods on unhealthy devices", func() {
 			},
 		}
 		Expect(k8sClient.Create(ctx, pdb)).To(Succeed())
-		allowDisruptions(pdb, 0)
+		Eventually(func() error { return testutil.AllowDisruptions(ctx, k8sClient, pdb, 0) }).Should(Succeed())
 		blocked := func() float64 {
 			return metricValue("kubedevice_remediation_evictions_total", map[string]string{"node": node, "result": "blocked"})
 		}
@@ -142,7 +142,7 @@ var _ = Describe("Remediation of pods on unhealthy devices", func() {
 		Consistently(gone("guarded")).WithTimeout(time.Second).Should(BeZero())
 
 		By("the budget allowing one disruption: the next try evicts")
-		allowDisruptions(pdb, 1)
+		Eventually(func() error { return testutil.AllowDisruptions(ctx, k8sClient, pdb, 1) }).Should(Succeed())
 		stepAll(remedyBlockedRetry)
 		Eventually(gone("guarded")).Should(Equal(1))
 	})
@@ -237,24 +237,6 @@ func setHealth(ndName, id string, health kdv1alpha1.DeviceHealth) {
 			}
 		}
 		return k8sClient.Status().Update(ctx, nd)
-	}).Should(Succeed())
-}
-
-// allowDisruptions writes the budget's status as the disruption controller would (envtest runs
-// none): n disruptions allowed. Until a budget has a status for its generation, the Eviction API
-// refuses with a Retry-After that client-go honours for 100 s.
-func allowDisruptions(pdb *policyv1.PodDisruptionBudget, n int32) {
-	GinkgoHelper()
-	Eventually(func() error {
-		cur := &policyv1.PodDisruptionBudget{}
-		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pdb), cur); err != nil {
-			return err
-		}
-		cur.Status = policyv1.PodDisruptionBudgetStatus{
-			ObservedGeneration: cur.Generation, DisruptionsAllowed: n,
-			CurrentHealthy: 1 + n, DesiredHealthy: 1, ExpectedPods: 1 + n,
-		}
-		return k8sClient.Status().Update(ctx, cur)
 	}).Should(Succeed())
 }
 
