@@ -270,8 +270,13 @@ func expectGopherIDInside(ctx context.Context, ns, name, id string) {
 // gopherSliceDevices returns the gophers of the node's ResourceSlices of kubedevice's driver, by
 // the plugin's device ID (the deviceID attribute).
 func gopherSliceDevices(ctx context.Context, g Gomega) map[string]resourcev1.Device {
+	return gopherSliceDevicesOn(ctx, g, node.Name)
+}
+
+// gopherSliceDevicesOn is gopherSliceDevices of the node named nodeName.
+func gopherSliceDevicesOn(ctx context.Context, g Gomega, nodeName string) map[string]resourcev1.Device {
 	list := &resourcev1.ResourceSliceList{}
-	g.Expect(kd.List(ctx, list, client.MatchingFields{resourcev1.ResourceSliceSelectorNodeName: node.Name})).To(Succeed())
+	g.Expect(kd.List(ctx, list, client.MatchingFields{resourcev1.ResourceSliceSelectorNodeName: nodeName})).To(Succeed())
 	out := map[string]resourcev1.Device{}
 	for _, rs := range list.Items {
 		if rs.Spec.Driver != draDriver {

@@ -101,6 +101,12 @@ func (b *podBuilder) Annotate(key, value string) *podBuilder {
 	return b
 }
 
+// OnNode pins the pod to the node named name (its kubernetes.io/hostname label).
+func (b *podBuilder) OnNode(name string) *podBuilder {
+	b.pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: name}
+	return b
+}
+
 func (b *podBuilder) HostNetwork() *podBuilder {
 	b.pod.Spec.HostNetwork = true
 	return b

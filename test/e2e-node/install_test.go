@@ -240,10 +240,13 @@ func waitForKubedevice(ctx context.Context) {
 }
 
 // daemonSetReady: the DaemonSet runs its one pod on the node, updated and Ready.
-func daemonSetReady(ds *appsv1.DaemonSet) bool {
+func daemonSetReady(ds *appsv1.DaemonSet) bool { return daemonSetReadyOn(ds, 1) }
+
+// daemonSetReadyOn: the DaemonSet runs its pods on n nodes, updated and Ready.
+func daemonSetReadyOn(ds *appsv1.DaemonSet, n int32) bool {
 	s := ds.Status
-	return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == 1 &&
-		s.UpdatedNumberScheduled == 1 && s.NumberReady == 1 && s.NumberUnavailable == 0
+	return s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == n &&
+		s.UpdatedNumberScheduled == n && s.NumberReady == n && s.NumberUnavailable == 0
 }
 
 // installGopher writes one gopher file on the node (uninstall removes it) and runs the Gopher
@@ -426,18 +429,7 @@ func forgetGopherCapacity(ctx context.Context) {
 }
 
 // agentPod returns the agent's pod on the node, once there is exactly one and it is Ready.
-func agentPod(ctx context.Context) *corev1.Pod {
-	var pod *corev1.Pod
-	Eventually(ctx, func(g Gomega) {
-		pods, err := clientset.CoreV1().Pods(kubedeviceNamespace).List(ctx, metav1.ListOptions{LabelSelector: agentSelector})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(pods.Items).To(HaveLen(1))
-		pod = &pods.Items[0]
-		g.Expect(pod.DeletionTimestamp).To(BeNil())
-		g.Expect(podReady(pod)).To(BeTrue(), "agent pod %s: %s", pod.Name, describeStatus(pod))
-	}).Should(Succeed())
-	return pod
-}
+func agentPod(ctx context.Context) *corev1.Pod { return agentPodOn(ctx, node.Name) }
 
 func podReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {

@@ -85,15 +85,9 @@ func pathOn(ctx context.Context, g Gomega, nodeName string) kdv1alpha1.DevicePat
 // sliceGophersOn returns the gophers the node's kubedevice.io ResourceSlices list, with their
 // taints' keys.
 func sliceGophersOn(ctx context.Context, g Gomega, nodeName string) map[string][]string {
-	list := &resourcev1.ResourceSliceList{}
-	g.Expect(kd.List(ctx, list, client.MatchingFields{resourcev1.ResourceSliceSelectorNodeName: nodeName})).To(Succeed())
 	out := map[string][]string{}
-	for _, rs := range list.Items {
-		for _, d := range rs.Spec.Devices {
-			if a, ok := d.Attributes[resourcev1.QualifiedName(draDriver+"/deviceID")]; rs.Spec.Driver == draDriver && ok && a.StringValue != nil {
-				out[*a.StringValue] = taintKeys(d)
-			}
-		}
+	for id, d := range gopherSliceDevicesOn(ctx, g, nodeName) {
+		out[id] = taintKeys(d)
 	}
 	return out
 }
@@ -102,9 +96,7 @@ func sliceGophersOn(ctx context.Context, g Gomega, nodeName string) map[string][
 // container got, checked to be one of that node's; viaDRA says whether the scheduler served it
 // through a DeviceClass's extendedResourceName (KEP-5004) rather than node capacity.
 func runPlainPodOn(ctx context.Context, label, ns, name, nodeName string, viaDRA bool) string {
-	b := MakePod(name, ns).Limits(gopherResource, 1)
-	b.pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: nodeName}
-	createPod(ctx, b.Obj())
+	createPod(ctx, MakePod(name, ns).Limits(gopherResource, 1).OnNode(nodeName).Obj())
 	t := watchUntilRunning(ctx, ns, name, 3*time.Minute)
 	recordTiming(label+name+" (plain limits) bound to "+nodeName+" -> running with a gopher", t.running.Sub(t.bound))
 	Expect(t.pod.Status.ExtendedResourceClaimStatus != nil).To(Equal(viaDRA), "%s served through DRA", name)
@@ -132,17 +124,11 @@ func describeMigration() {
 			heldOnA string
 		)
 		BeforeAll(func(ctx context.Context) {
-			setUp(ctx, label, installWithHelmDRAByNode)
+			ns = setUpTwoNodes(ctx, label, installWithHelmDRAByNode)
 			DeferCleanup(func(ctx context.Context) {
 				_, err := kubectl(ctx, "label", "node", node.Name, draNodeLabel+"-")
 				Expect(err).NotTo(HaveOccurred())
 			})
-			ns = newNamespace(ctx)
-			upNodeB(ctx, label)
-			expectDaemonSetOnNodes(ctx, kubedeviceNamespace, agentDaemonSet, 2)
-			installTwoNodeGophers(ctx)
-			expectOffered(ctx, node.Name, int64(len(gophersA)))
-			expectOffered(ctx, nodeBName(), int64(len(gophersB)))
 		}, NodeTimeout(20*time.Minute))
 		AfterEach(func(ctx context.Context) {
 			if CurrentSpecReport().Failed() {

@@ -32,7 +32,6 @@ import (
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -101,7 +100,7 @@ func expectNodeScopedWrites(ctx context.Context, ns string, onB devicePod) {
 		nds := &kdv1alpha1.NodeDeviceList{}
 		Expect(kd.List(ctx, nds, client.MatchingLabels{"kubedevice.io/node": nodeName})).To(Succeed())
 		Expect(nds.Items).NotTo(BeEmpty(), "NodeDevices of %s", nodeName)
-		err := as.Patch(ctx, &nds.Items[0], probeLabel, patchOpts(nodeName)...)
+		err := as.Patch(ctx, &nds.Items[0], probeLabel, dryRunOn[client.PatchOption](nodeName, client.DryRunAll)...)
 		if nodeName == node.Name {
 			Expect(err).NotTo(HaveOccurred(), "node A's agent patching its own NodeDevice")
 			continue
@@ -120,7 +119,7 @@ func expectNodeScopedWrites(ctx context.Context, ns string, onB devicePod) {
 	for _, nodeName := range []string{nodeBName(), node.Name} {
 		lease := &coordinationv1.Lease{}
 		Expect(kd.Get(ctx, types.NamespacedName{Namespace: kubedeviceNamespace, Name: contract.AgentLeaseName(nodeName)}, lease)).To(Succeed())
-		err := as.Update(ctx, lease, updateOpts(nodeName)...)
+		err := as.Update(ctx, lease, dryRunOn[client.UpdateOption](nodeName, client.DryRunAll)...)
 		if nodeName == node.Name {
 			Expect(err).NotTo(HaveOccurred(), "node A's agent renewing its own Lease")
 			continue
@@ -134,7 +133,7 @@ func expectNodeScopedWrites(ctx context.Context, ns string, onB devicePod) {
 			Spec: resourcev1.ResourceSliceSpec{Driver: "kubedevice.io", NodeName: ptr.To(nodeName),
 				Pool: resourcev1.ResourcePool{Name: nodeName, ResourceSliceCount: 1}},
 		}
-		err := as.Create(ctx, slice, createOpts(nodeName)...)
+		err := as.Create(ctx, slice, dryRunOn[client.CreateOption](nodeName, client.DryRunAll)...)
 		if nodeName == node.Name {
 			Expect(err).NotTo(HaveOccurred(), "node A's agent creating a ResourceSlice of its own node")
 			continue
@@ -144,25 +143,12 @@ func expectNodeScopedWrites(ctx context.Context, ns string, onB devicePod) {
 	}
 }
 
-// The writes node A's agent may do are sent as dry runs (client.DryRunAll), so the check changes
-// nothing; those it may not are sent for real, so a broken policy shows.
-func patchOpts(nodeName string) []client.PatchOption {
+// dryRunOn returns dryRun for the writes node A's agent may do (those of its own node), so the
+// check changes nothing, and nothing for those it may not: they are sent for real, so a broken
+// policy shows. dryRun is client.DryRunAll, as the option type of the call.
+func dryRunOn[O any](nodeName string, dryRun O) []O {
 	if nodeName == node.Name {
-		return []client.PatchOption{client.DryRunAll}
-	}
-	return nil
-}
-
-func updateOpts(nodeName string) []client.UpdateOption {
-	if nodeName == node.Name {
-		return []client.UpdateOption{client.DryRunAll}
-	}
-	return nil
-}
-
-func createOpts(nodeName string) []client.CreateOption {
-	if nodeName == node.Name {
-		return []client.CreateOption{client.DryRunAll}
+		return []O{dryRun}
 	}
 	return nil
 }
@@ -263,9 +249,7 @@ func rollAgents(ctx context.Context, label, ns string) {
 			recordTiming(fmt.Sprintf("%s5. rollout started -> the agent of node %d leaves", label, i+1), time.Since(start))
 			name := fmt.Sprintf("during-rollout-%d", i+1)
 			waits[n] = startWatchingPod(ctx, ns, name, 3*time.Minute)
-			b := MakePod(name, ns).Limits(gopherResource, 1)
-			b.pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n}
-			createPod(ctx, b.Obj())
+			createPod(ctx, MakePod(name, ns).Limits(gopherResource, 1).OnNode(n).Obj())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -86,14 +86,27 @@ func upNodeB(ctx context.Context, label string) {
 	}, NodeTimeout(3*time.Minute))
 }
 
+// setUpTwoNodes installs kubedevice as setUp does, starts node B, waits for the agent on both
+// nodes, runs the Gopher DaemonSet with each node's gophers, and returns a new namespace. The
+// namespace is made before node B, so that node B goes first at the end (its pods cannot end
+// while its kubelet is down) and the namespace's deletion finds them gone.
+func setUpTwoNodes(ctx context.Context, label string, install func(context.Context)) string {
+	setUp(ctx, label, install)
+	ns := newNamespace(ctx)
+	upNodeB(ctx, label)
+	expectDaemonSetOnNodes(ctx, kubedeviceNamespace, agentDaemonSet, 2)
+	installTwoNodeGophers(ctx)
+	expectOffered(ctx, node.Name, int64(len(gophersA)))
+	expectOffered(ctx, nodeBName(), int64(len(gophersB)))
+	return ns
+}
+
 // expectDaemonSetOnNodes waits until the DaemonSet runs its pods on n nodes, updated and Ready.
 func expectDaemonSetOnNodes(ctx context.Context, namespace, name string, n int32) {
 	Eventually(ctx, func(g Gomega) {
 		ds := &appsv1.DaemonSet{}
 		g.Expect(kd.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, ds)).To(Succeed())
-		s := ds.Status
-		g.Expect(s.ObservedGeneration == ds.Generation && s.DesiredNumberScheduled == n && s.UpdatedNumberScheduled == n &&
-			s.NumberReady == n && s.NumberUnavailable == 0).To(BeTrue(), "DaemonSet %s/%s on %d nodes: %+v", namespace, name, n, s)
+		g.Expect(daemonSetReadyOn(ds, n)).To(BeTrue(), "DaemonSet %s/%s on %d nodes: %+v", namespace, name, n, ds.Status)
 	}).WithTimeout(3 * time.Minute).Should(Succeed())
 }
 
@@ -166,7 +179,7 @@ type devicePod struct {
 func runDevicePod(ctx context.Context, ns, name string, n int64, nodeName string) devicePod {
 	b := MakePod(name, ns).Limits(gopherResource, n)
 	if nodeName != "" {
-		b.pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: nodeName}
+		b.OnNode(nodeName)
 	}
 	createPod(ctx, b.Obj())
 	t := watchUntilRunning(ctx, ns, name, 3*time.Minute)
@@ -227,15 +240,7 @@ func describeTwoNodes() {
 			three, one devicePod
 		)
 		BeforeAll(func(ctx context.Context) {
-			setUp(ctx, label, installWithKustomize)
-			// Before node B, so that node B goes first at the end (its pods cannot end while its
-			// kubelet is down) and the namespace's deletion finds them gone.
-			ns = newNamespace(ctx)
-			upNodeB(ctx, label)
-			expectDaemonSetOnNodes(ctx, kubedeviceNamespace, agentDaemonSet, 2)
-			installTwoNodeGophers(ctx)
-			expectOffered(ctx, node.Name, int64(len(gophersA)))
-			expectOffered(ctx, nodeBName(), int64(len(gophersB)))
+			ns = setUpTwoNodes(ctx, label, installWithKustomize)
 		}, NodeTimeout(20*time.Minute))
 		AfterEach(func(ctx context.Context) {
 			if CurrentSpecReport().Failed() {
