@@ -50,6 +50,7 @@ func NewLimits(nodeInterval, clusterInterval time.Duration) *Limits {
 func (l *Limits) Reserve(node string, now time.Time) (time.Duration, func(at time.Time)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.forget(now)
 	nl := l.nodes[node]
 	if nl == nil {
 		nl = rate.NewLimiter(rate.Every(l.nodeEvery), 1)
@@ -66,5 +67,15 @@ func (l *Limits) Reserve(node string, now time.Time) (time.Duration, func(at tim
 		defer l.mu.Unlock()
 		rn.CancelAt(at)
 		rc.CancelAt(at)
+	}
+}
+
+// forget drops the nodes whose limiter is full at now: a new one would allow the same, so the map
+// holds only the nodes with an eviction within the last node interval, not every node ever seen.
+func (l *Limits) forget(now time.Time) {
+	for node, nl := range l.nodes {
+		if nl.TokensAt(now) >= 1 {
+			delete(l.nodes, node)
+		}
 	}
 }

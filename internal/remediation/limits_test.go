@@ -17,6 +17,7 @@ limitations under the License.
 package remediation
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -52,5 +53,28 @@ func TestLimitsGiveBack(t *testing.T) {
 	giveBack(t0)
 	if wait, _ := l.Reserve("a", t0); wait != 0 {
 		t.Errorf("after giving the eviction back: wait %s, want none", wait)
+	}
+}
+
+func TestLimitsForgetNodesWithNothingToSpace(t *testing.T) {
+	l := NewLimits(time.Minute, time.Nanosecond)
+	t0 := time.Unix(1000, 0)
+	for i := range 100 {
+		if wait, _ := l.Reserve(fmt.Sprintf("n%d", i), t0.Add(time.Duration(i)*time.Millisecond)); wait != 0 {
+			t.Fatalf("node n%d: wait %s, want none", i, wait)
+		}
+	}
+	if len(l.nodes) != 100 {
+		t.Fatalf("%d nodes remembered within the interval, want 100", len(l.nodes))
+	}
+	// A minute after its eviction a node is as new; only the one evicted now is remembered.
+	if wait, _ := l.Reserve("n0", t0.Add(time.Minute+time.Second)); wait != 0 {
+		t.Fatalf("node n0 a minute later: wait %s, want none", wait)
+	}
+	if len(l.nodes) != 1 {
+		t.Errorf("%d nodes remembered, want 1 (n0)", len(l.nodes))
+	}
+	if wait, _ := l.Reserve("n0", t0.Add(time.Minute+2*time.Second)); wait == 0 {
+		t.Error("node n0 evicted twice within its interval")
 	}
 }
