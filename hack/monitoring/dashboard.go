@@ -90,7 +90,10 @@ func kubedeviceDashboard() *dashboard.DashboardBuilder { //nolint:staticcheck //
 				"and the controller's capacity writes.",
 			query(`min by (node) (kubedevice_node_agent_ready{`+nodes+`})`, "{{node}} agent ready"),
 			query(`max by (node, resource, manager) (kubedevice_node_capacity_held{`+nodes+`})`, "{{node}} {{resource}} held by {{manager}}"),
-			query(`sum(rate(kubedevice_node_capacity_patches_total[$__rate_interval]))`, "capacity patches/s")))
+			query(`sum(rate(kubedevice_node_capacity_patches_total[$__rate_interval]))`, "capacity patches/s"))).
+		WithPanel(timeSeries("Remediation evictions", "none",
+			"Evictions the controller's opt-in --remediate policy asked for, by result: evicted, blocked (a PodDisruptionBudget; asked again) or error.",
+			query(`sum by (node, resource, result) (increase(kubedevice_remediation_evictions_total{`+nodes+`, `+resources+`}[$__rate_interval]))`, "{{node}} {{resource}} {{result}}")))
 }
 
 // labelVariable is a multi-valued variable of a label's values, All by default.

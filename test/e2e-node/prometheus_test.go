@@ -53,10 +53,10 @@ const (
 )
 
 // promStateOnly are the metrics with a series only once what they count has happened: a corrupt
-// checkpoint, a resource held back from the Node's capacity. On the healthy node the suite runs
-// they must have none; every other selector of the rules and query of the dashboard must return
-// series.
-var promStateOnly = []string{"kubedevice_checkpoint_corrupt_total", "kubedevice_node_capacity_held"}
+// checkpoint, a resource held back from the Node's capacity, an eviction by the opt-in remediation
+// policy (off in this install). On the healthy node the suite runs they must have none; every
+// other selector of the rules and query of the dashboard must return series.
+var promStateOnly = []string{"kubedevice_checkpoint_corrupt_total", "kubedevice_node_capacity_held", "kubedevice_remediation_evictions_total"}
 
 // describePrometheus is kubedevice installed with the chart's secure metrics (HTTPS, a token of a
 // service account bound to kubedevice-metrics-reader) and scraped by a real Prometheus server on
