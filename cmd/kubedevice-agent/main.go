@@ -108,13 +108,8 @@ func run() error {
 	}
 
 	info := version.Get()
-	logger.WithName("setup").Info("Starting the agent", "version", info.Version, "commit", info.Commit, "mode", s.opts.Mode, "node", s.opts.NodeName, "namespace", s.opts.Namespace,
-		"pluginDir", s.core.PluginDir, "pluginsRegistryDir", s.core.PluginsRegistryDir,
-		"topologyPolicy", s.core.TopologyPolicy, "topologyScope", s.core.TopologyScope,
-		"topologyPolicyOptions", s.core.TopologyPolicyOptions,
-		"runtimeInjection", s.opts.RuntimeInjection, "nriSocket", s.opts.NRI.SocketPath,
-		"podResourcesSocket", s.opts.PodResources.SocketPath, "draResources", s.opts.DRAResources.String(),
-		"draNodeSelector", draNodeSelector(s.opts))
+	settings := append([]any{"version", info.Version, "commit", info.Commit}, s.opts.LogValues()...)
+	logger.WithName("setup").Info("Starting the agent", append(settings, s.core.LogValues()...)...)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
@@ -184,14 +179,6 @@ func newManager(s *settings) (ctrl.Manager, *nodeagent.Manager, error) {
 		return nil, nil, fmt.Errorf("creating the manager: %w", err)
 	}
 	return mgr, dm, nil
-}
-
-// draNodeSelector is --dra-node-selector as the agent understood it; empty: every node.
-func draNodeSelector(opts agent.Options) string {
-	if opts.DRANodeSelector == nil {
-		return ""
-	}
-	return opts.DRANodeSelector.String()
 }
 
 // setLogger makes the logger of opts, writing to w, the logger of controller-runtime and of klog,

@@ -98,9 +98,9 @@ func run() error {
 	}
 
 	metrics.Registry.MustRegister(version.NewCollector())
-	ctrl.Log.WithName("setup").Info("Starting the manager", "version", info.Version, "commit", info.Commit,
-		"agentNamespace", s.opts.AgentNamespace, "agentLeaseDuration", s.opts.AgentLeaseDuration, "leaderElect", s.leaderElect,
-		"kubeAPIQPS", s.kubeAPIQPS, "kubeAPIBurst", s.kubeAPIBurst, "workers", s.opts.Workers, "remediate", s.opts.Remediation.Policy.String())
+	settings := []any{"version", info.Version, "commit", info.Commit,
+		"leaderElect", s.leaderElect, "kubeAPIQPS", s.kubeAPIQPS, "kubeAPIBurst", s.kubeAPIBurst}
+	ctrl.Log.WithName("setup").Info("Starting the manager", append(settings, s.opts.LogValues()...)...)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

@@ -308,6 +308,19 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.DRA.AddFlags(fs)
 }
 
+// LogValues are the settings the agent's start-up log line shows, as key-value pairs: the agent's
+// and its flows', so that a new flow shows its own here and main shows them all.
+func (o *Options) LogValues() []any {
+	selector := ""
+	if o.DRANodeSelector != nil {
+		selector = o.DRANodeSelector.String()
+	}
+	return []any{"mode", o.Mode, "node", o.NodeName, "namespace", o.Namespace,
+		"runtimeInjection", o.RuntimeInjection, "nriSocket", o.NRI.SocketPath,
+		"podResourcesSocket", o.PodResources.SocketPath, "draResources", o.DRAResources.String(),
+		"draNodeSelector", selector}
+}
+
 // ParseFlags completes o and the core's configuration from the parsed flags that AddFlags and
 // core.AddFlags registered, and validates them (Validate). An error names the first invalid flag.
 // core.ServedByDRA is set from --dra-resources.

@@ -19,6 +19,7 @@ package agent
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -191,4 +192,46 @@ func TestParseFlagsDRANodeSelector(t *testing.T) {
 	if o, cfg, err := parseFlags(t, "--dra-node-selector="); err != nil || o.DRANodeSelector != nil || cfg.ServedByDRA != nil {
 		t.Errorf("an empty selector without --dra-resources: %v, %v, ServedByDRA set %v; want accepted, nothing through DRA", err, o.DRANodeSelector, cfg.ServedByDRA != nil)
 	}
+}
+
+// The start-up log line shows the parsed settings of the agent, its flows and the core, each key
+// once.
+func TestLogValues(t *testing.T) {
+	t.Setenv("NODE_NAME", "n1")
+	t.Setenv("POD_NAMESPACE", "")
+	o, cfg, err := parseFlags(t, "--dra-resources=example.com/*", "--dra-node-selector=pool=a", "--topology-policy=restricted",
+		"--plugins-registry-dir=")
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := nodeagent.Flags{Config: cfg}
+	got := logValues(t, append(o.LogValues(), core.LogValues()...))
+	want := map[string]string{
+		"mode": "manage", "node": "n1", "namespace": DefaultNamespace, "runtimeInjection": "nri",
+		"nriSocket": nri.DefaultSocketPath, "podResourcesSocket": o.PodResources.SocketPath,
+		"draResources": "example.com/*", "draNodeSelector": "pool=a",
+		"pluginDir": cfg.PluginDir, "pluginsRegistryDir": "", "topologyPolicy": "restricted", "topologyScope": "container",
+		"topologyPolicyOptions": fmt.Sprint(cfg.TopologyPolicyOptions),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("log values (-want +got):\n%s", diff)
+	}
+}
+
+// logValues reads key-value pairs as a logr call would, failing on an odd count, a key that is
+// not a string or a key given twice.
+func logValues(t *testing.T, kv []any) map[string]string {
+	t.Helper()
+	if len(kv)%2 != 0 {
+		t.Fatalf("%d values: not key-value pairs", len(kv))
+	}
+	m := map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		key, ok := kv[i].(string)
+		if _, seen := m[key]; !ok || seen {
+			t.Fatalf("key %v at %d: not a string, or given twice", kv[i], i)
+		}
+		m[key] = fmt.Sprint(kv[i+1])
+	}
+	return m
 }

@@ -103,6 +103,13 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.Remediation.AddFlags(fs)
 }
 
+// LogValues are the controllers' settings the start-up log line shows, as key-value pairs, the
+// remediation policy's included.
+func (o *Options) LogValues() []any {
+	return []any{"agentNamespace", o.AgentNamespace, "agentLeaseDuration", o.AgentLeaseDuration,
+		"workers", o.Workers, "remediate", o.Remediation.Policy.String()}
+}
+
 var (
 	errNoAgentNamespace    = errors.New("the agent namespace is empty")
 	errLeaseDurationNotPos = errors.New("the agent lease duration must be positive")

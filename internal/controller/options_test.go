@@ -18,6 +18,7 @@ package controller
 
 import (
 	"flag"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +60,19 @@ func TestAddFlags(t *testing.T) {
 				t.Errorf("options (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// The start-up log line shows the controllers' settings, the remediation policy's included.
+func TestLogValues(t *testing.T) {
+	o := Options{AgentNamespace: "ns1", AgentLeaseDuration: time.Minute, Workers: 8,
+		Remediation: RemediationOptions{Policy: remediation.Policy{"example.com/gopher": 5 * time.Minute}}}
+	got := o.LogValues()
+	want := []any{"agentNamespace", "ns1", "agentLeaseDuration", time.Minute, "workers", 8, "remediate", o.Remediation.Policy.String()}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("log values (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(o.Remediation.Policy.String(), "example.com/gopher=5m") {
+		t.Errorf("remediate %q does not name the policy", o.Remediation.Policy.String())
 	}
 }

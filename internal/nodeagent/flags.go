@@ -80,6 +80,14 @@ func (f *Flags) ParseFlags() error {
 	return nil
 }
 
+// LogValues are the core's settings the agent's start-up log line shows, as key-value pairs.
+func (f *Flags) LogValues() []any {
+	c := &f.Config
+	return []any{"pluginDir", c.PluginDir, "pluginsRegistryDir", c.PluginsRegistryDir,
+		"topologyPolicy", c.TopologyPolicy, "topologyScope", c.TopologyScope,
+		"topologyPolicyOptions", c.TopologyPolicyOptions}
+}
+
 // joinValues lists values, comma-separated, for a flag's help.
 func joinValues[T ~string](values []T) string {
 	s := make([]string, len(values))
