@@ -62,8 +62,8 @@ limitations under the License.
 // is read from a view of the core's devices that are not healthy, refreshed when the core
 // announces a change of a resource; then only the pods whose DeviceAllocation no longer shows it
 // are reconciled (HealthView.Changed), so a flip costs one write per DeviceAllocation holding the
-// device and none for a device no pod holds. Each change the DeviceAllocation records is told to the pod
-// (healthevents.go): a DeviceUnhealthy Warning or a DeviceHealthy Normal event naming the
+// device and none for a device no pod holds. Each change the DeviceAllocation records is told to
+// the pod (healthevents.go): a DeviceUnhealthy Warning or a DeviceHealthy Normal event naming the
 // containers, the device and the reason, for the device plugin path's devices only (the kubelet
 // shows the health of DRA claims' devices in the pod's allocatedResourcesStatus).
 //
