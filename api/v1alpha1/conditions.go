@@ -133,7 +133,8 @@ const (
 	DeviceReasonAwaitingPluginRegistration = "AwaitingPluginRegistration"
 	// DeviceReasonKubeletNotAllocatable: on an observed node (status.path Observed), the kubelet
 	// knows the device but does not list it as allocatable: its plugin reports it unhealthy, or
-	// the plugin is gone. The kubelet does not say which, nor why.
+	// the plugin is gone. The kubelet does not say which, nor why. Also the reason of such a
+	// device in the unhealthyDevices of the DeviceAllocation of a pod holding it.
 	DeviceReasonKubeletNotAllocatable = "KubeletNotAllocatable"
 	// DeviceReasonNotReported: a pod holds the device and its plugin no longer reports it (the
 	// plugin dropped its ID). It is shown, unhealthy and held, until the pod frees it; it is

@@ -236,7 +236,8 @@ type UnhealthyDevice struct {
 	Containers []string `json:"containers,omitempty"`
 
 	// reason is why the device is unhealthy: PluginReportedUnhealthy, NotReportedByPlugin or
-	// ResourceRemoved.
+	// ResourceRemoved; on a node the agent observes (the kubelet manages its devices),
+	// KubeletNotAllocatable.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128

@@ -143,7 +143,7 @@ type reconciler struct {
 	// written lets kube.Fresh skip reading a DeviceAllocation the agent has not written lately.
 	written *kube.Written
 	// health is the health of the devices the pods hold, as the core last announced it.
-	health *healthView
+	health *kube.HealthView
 }
 
 // Setup adds the pod controller to mgr, whose cache must hold the node's pods and
@@ -158,7 +158,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		refusals:  newRefusalPacer(opts.Clock),
 		attempts:  newAttempts(opts.Core, attemptsPerResource),
 		written:   kube.NewWritten(opts.Clock),
-		health:    newHealthView(opts.Core.Snapshot),
+		health:    kube.NewHealthView(opts.Core.Snapshot),
 	}
 	r.attempts.prepare = opts.PreStart.PrepareFirstStarts
 	if err := mgr.Add(manager.RunnableFunc(r.attempts.drain)); err != nil {
@@ -286,7 +286,7 @@ func (r *reconciler) release(ctx context.Context, cached *kdv1alpha1.DeviceAlloc
 // retriggerWaiting requeues, whenever resources change in the core (a plugin registers, devices
 // become healthy, are freed or uncordoned), the active pods asking for one of them that do not
 // hold their devices yet, and the pods whose DeviceAllocation does not show the health of the
-// devices they hold any more (healthChanged).
+// devices they hold any more (kube.HealthView.Changed).
 func (r *reconciler) retriggerWaiting(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	sub := r.Core.Subscribe()
 	go func() {
@@ -306,7 +306,7 @@ func (r *reconciler) retriggerWaiting(ctx context.Context, q workqueue.TypedRate
 				r.attempts.changed(key)
 				q.Add(reconcile.Request{NamespacedName: key})
 			}
-			for _, key := range r.healthChanged(ctx, changed) {
+			for _, key := range r.health.Changed(ctx, r.client, r.NodeName, changed, r.Clock.Now()) {
 				q.Add(reconcile.Request{NamespacedName: key})
 			}
 		}

@@ -54,15 +54,16 @@ limitations under the License.
 // resources.claims, the scheduler's extended-resource request mappings); they are never
 // recorded for injection nor prepared here, the kubelet hands them to the runtime through CDI.
 //
-// A pod's DeviceAllocation also says whether every device it holds is healthy (health.go): the
-// Healthy condition and status.unhealthyDevices, each with the reason (PluginReportedUnhealthy,
-// NotReportedByPlugin, ResourceRemoved); a plugin disconnected within its grace period, or not yet
-// registered again since an agent restart, says nothing new, and the devices keep what the object
-// said. The health is read from a view of the core's devices that are not healthy, refreshed when
-// the core announces a change of a resource; then only the pods whose DeviceAllocation no longer
-// shows it are reconciled, so a flip costs one write per DeviceAllocation holding the device and
-// none for a device no pod holds. Each change the DeviceAllocation records is told to the pod
-// (healthevents.go): a DeviceUnhealthy Warning or a DeviceHealthy Normal event naming the
+// A pod's DeviceAllocation also says whether every device it holds is healthy (package kube's
+// HealthView, which observe mode uses the same way): the Healthy condition and
+// status.unhealthyDevices, each with the reason (PluginReportedUnhealthy, NotReportedByPlugin,
+// ResourceRemoved); a plugin disconnected within its grace period, or not yet registered again
+// since an agent restart, says nothing new, and the devices keep what the object said. The health
+// is read from a view of the core's devices that are not healthy, refreshed when the core
+// announces a change of a resource; then only the pods whose DeviceAllocation no longer shows it
+// are reconciled (HealthView.Changed), so a flip costs one write per DeviceAllocation holding the
+// device and none for a device no pod holds. Each change the DeviceAllocation records is told to
+// the pod (healthevents.go): a DeviceUnhealthy Warning or a DeviceHealthy Normal event naming the
 // containers, the device and the reason, for the device plugin path's devices only (the kubelet
 // shows the health of DRA claims' devices in the pod's allocatedResourcesStatus).
 //
@@ -70,8 +71,8 @@ limitations under the License.
 // DeviceAllocations back into the core's records, for the agent's start-up to rebuild a corrupt
 // checkpoint.
 //
-// It owns the pod controller, the DeviceAllocation's status (status.go and health.go, pure
-// functions but the health view) and the metrics kubedevice_agent_allocation_failures_total and
+// It owns the pod controller, the DeviceAllocation's status (status.go, pure functions), the
+// health events and the metrics kubedevice_agent_allocation_failures_total and
 // kubedevice_agent_refused_pods (the pods refused now, which the refusal pacer knows). It may not
 // touch NodeDevices, the NRI index or the PreStartContainer grants but through its Injection and
 // PreStart interfaces, nor any method of the core but those of its Core interface.

@@ -24,10 +24,14 @@ limitations under the License.
 // the node's pods as the cache
 // has them (Pods) and what the flows read of a pod (RequestedResources, RuntimeUID, ...), the
 // action that keeps distinct Warning events apart (EventAction), and the start-up gate every flow
-// waits on (Gate).
+// waits on (Gate). What a DeviceAllocation says is computed here for both flows that write one
+// (deviceallocation.go: the allocation flow and observe mode), the health of the devices it lists
+// included (health.go: HealthView, the Healthy condition and status.unhealthyDevices from a core's
+// snapshots, and the pods to reconcile when a resource's devices change).
 //
-// It owns no controller and no state of its own but the gate and the flows' memories of writes. It may not import the core's
-// manager (internal/nodeagent; of the core it knows only registration's rule of what an extended
-// resource is) nor any other package of the agent: the flows (allocation, mirror, injection) and
-// the agent's wiring import it, never the other way round.
+// It owns no controller and no state of its own but the gate, the flows' memories of writes and
+// their health views. It may not import the core's manager (of internal/nodeagent it knows only
+// the types a core hands out, PodAllocation and ResourceSnapshot, and registration's rule of what
+// an extended resource is) nor any other package of the agent: the flows (allocation, mirror,
+// injection, observe) and the agent's wiring import it, never the other way round.
 package kube

@@ -47,13 +47,16 @@ const allocationReconcileTimeout = 30 * time.Second
 
 // allocations mirrors the kubelet's allocations into DeviceAllocations: one per active pod whose
 // containers hold observed devices, written as the allocation flow writes its own (package kube
-// computes the status the same way; only the Allocated condition's message says who allocated),
-// released and deleted when the pod ends or goes. Keyed by pod namespace/name.
+// computes the status the same way, the devices' health included; only the Allocated condition's
+// message says who allocated), released and deleted when the pod ends or goes. Keyed by pod
+// namespace/name.
 type allocations struct {
 	observer  *Observer
 	client    client.Client
 	apiReader client.Reader
 	pods      kube.Pods
+	// health is the health of the observed devices, as the Observer last announced it.
+	health *kube.HealthView
 }
 
 func setupAllocations(mgr ctrl.Manager, o *Observer) error {
@@ -62,6 +65,7 @@ func setupAllocations(mgr ctrl.Manager, o *Observer) error {
 		client:    mgr.GetClient(),
 		apiReader: mgr.GetAPIReader(),
 		pods:      kube.Pods{Client: mgr.GetClient(), NodeName: o.opts.NodeName},
+		health:    kube.NewHealthView(o.Snapshot),
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("observed-pod-devices").
@@ -129,25 +133,31 @@ func (r *allocations) Reconcile(ctx context.Context, req reconcile.Request) (rec
 	return reconcile.Result{}, r.record(ctx, pod, cached, alloc, now)
 }
 
-// record writes pod's DeviceAllocation when it does not say alloc yet: metadata, spec and status in
-// one apply.
+// record writes pod's DeviceAllocation when it does not say alloc, and the health of its devices,
+// yet: metadata, spec and status in one apply.
 func (r *allocations) record(ctx context.Context, pod *corev1.Pod, cached *kdv1alpha1.DeviceAllocation, alloc nodeagent.PodAllocation, now time.Time) error {
 	want := observedStatus(pod, &alloc, now)
 	name := kube.DeviceAllocationName(pod.Spec.NodeName, pod.Name, string(pod.UID))
 	current, upToDate, err := kube.Fresh(ctx, r.apiReader, nil, kube.DeviceAllocationGVK.Kind, client.ObjectKey{Namespace: pod.Namespace, Name: name}, cached,
 		func(da *kdv1alpha1.DeviceAllocation) bool {
 			return kube.DeviceAllocationMetaUpToDate(da, pod) &&
-				kube.DeviceAllocationStatusUpToDate(da, kube.StampDeviceAllocation(want, da))
+				kube.DeviceAllocationStatusUpToDate(da, r.stamp(want, da, now))
 		})
 	if err != nil || upToDate {
 		return err
 	}
-	st := kube.StampDeviceAllocation(want, current)
+	st := r.stamp(want, current, now)
 	if _, err := kube.WriteDeviceAllocation(ctx, r.client, pod, st); err != nil {
 		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("Recorded the pod's observed devices", "deviceAllocation", name, "summary", st.Summary)
 	return nil
+}
+
+// stamp returns want, with the health of the devices it lists, stamped for the object current
+// (nil: none yet): what the pod's DeviceAllocation must say.
+func (r *allocations) stamp(want kdv1alpha1.DeviceAllocationStatus, current *kdv1alpha1.DeviceAllocation, now time.Time) kdv1alpha1.DeviceAllocationStatus {
+	return kube.StampDeviceAllocation(r.health.WithHealth(want, current, now), current)
 }
 
 // observedStatus is the status of the DeviceAllocation of a pod holding alloc, as the kubelet
@@ -165,15 +175,27 @@ func observedStatus(pod *corev1.Pod, alloc *nodeagent.PodAllocation, now time.Ti
 	return st
 }
 
-// watchObserver queues the pods whose observed devices changed, until ctx ends.
+// watchObserver queues, until ctx ends, the pods whose observed devices changed, and, whenever
+// the Observer announces that resources changed, the pods whose DeviceAllocation does not show the
+// health of the devices they hold any more (kube.HealthView.Changed): a device no pod holds, or
+// a reading that changed nothing, queues none.
 func (r *allocations) watchObserver(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	sub := r.observer.Subscribe()
 	go func() {
+		defer sub.Close()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case key := <-r.observer.podChanges:
 				q.Add(reconcile.Request{NamespacedName: key})
+			case <-sub.Ready():
+				if err := r.observer.opts.Gate.Wait(ctx); err != nil {
+					return
+				}
+				for _, key := range r.health.Changed(ctx, r.client, r.observer.opts.NodeName, sub.Changed(), r.observer.opts.Clock.Now()) {
+					q.Add(reconcile.Request{NamespacedName: key})
+				}
 			}
 		}
 	}()

@@ -26,7 +26,12 @@ limitations under the License.
 // mirror's Core in observe mode, so the mirror's status computation, settling and pacing are the
 // same code as in manage mode. The allocations controller (allocations.go) writes a
 // DeviceAllocation per active pod holding observed devices with the status computation package
-// kube shares with the allocation flow, and releases it when the pod ends.
+// kube shares with the allocation flow, and releases it when the pod ends. Its Healthy condition
+// and status.unhealthyDevices are the allocation flow's too (kube.HealthView over the Observer's
+// snapshots; a held device the kubelet no longer lists as allocatable is unhealthy,
+// KubeletNotAllocatable): when the Observer announces that resources changed, only the pods whose
+// DeviceAllocation no longer shows its devices' health are reconciled, one write each. No event
+// is sent to the pod: observe mode only looks.
 //
 // What the kubelet does not say (which devices are unhealthy, why, whether a plugin is gone) and
 // what the package does about it is in docs/observe.md, "How observe mode works".

@@ -18,6 +18,7 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +33,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -422,6 +424,82 @@ var _ = Describe("Observe mode", func() {
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: n.name}, node)).To(Succeed())
 		Expect(node.Status.Capacity.Name(gopherResource, resource.DecimalSI).Value()).To(BeZero())
 		Expect(node.Status.Capacity.Name("example.com/ignored", resource.DecimalSI).Value()).To(Equal(int64(1)))
+	})
+
+	It("shows a held device the kubelet stops listing as allocatable in its DeviceAllocation's Healthy column, one write per affected DeviceAllocation, none otherwise", func() {
+		ns := newNamespace()
+		all := map[string]device{"gopher-0": {healthy: true}, "gopher-1": {healthy: true}, "gopher-2": {healthy: true}, "gopher-3": {healthy: true}}
+		with := func(id string, healthy bool) map[string]device {
+			devs := maps.Clone(all)
+			devs[id] = device{healthy: healthy}
+			return devs
+		}
+		n, k := newObservedNode(all)
+		trainer := createPod(testutil.MakePod("trainer", ns).Node(n.name).Request(gopherResource, 2))
+		server := createPod(testutil.MakePod("server", ns).Node(n.name).Request(gopherResource, 1))
+		k.allocate(trainer, "app", gopherResource, "gopher-0", "gopher-1")
+		k.allocate(server, "app", gopherResource, "gopher-2")
+
+		By("every held device allocatable: Healthy True, none listed")
+		for _, pod := range []*corev1.Pod{trainer, server} {
+			allocated(pod)
+			Eventually(healthCell(pod)).Should(Equal("True"))
+			da, err := deviceAllocation(pod)()
+			Expect(err).NotTo(HaveOccurred())
+			Expect(condition(da.Status.Conditions, kdv1alpha1.DeviceAllocationHealthy)).To(HaveValue(And(
+				HaveField("Status", metav1.ConditionTrue), HaveField("Reason", kdv1alpha1.ReasonAllDevicesHealthy))))
+			Expect(da.Status.UnhealthyDevices).To(BeEmpty())
+		}
+		n.settle()
+		before := n.writes.allocations()
+		Consistently(n.writes.allocations).WithTimeout(2*time.Second).Should(Equal(before), "DeviceAllocation writes while nothing changes")
+
+		By("a device no pod holds leaving the kubelet's allocatable: no DeviceAllocation is written")
+		k.listAndWatch(gopherResource, with("gopher-3", false))
+		Eventually(func() (kdv1alpha1.DeviceHealth, error) {
+			nd, err := n.nodeDevice(gopherResource, 0)()
+			return devicesOf(nd)["gopher-3"].Health, err
+		}).WithTimeout(5 * time.Second).Should(Equal(kdv1alpha1.DeviceUnhealthy))
+		k.listAndWatch(gopherResource, all)
+		Eventually(func() (kdv1alpha1.DeviceHealth, error) {
+			nd, err := n.nodeDevice(gopherResource, 0)()
+			return devicesOf(nd)["gopher-3"].Health, err
+		}).WithTimeout(5 * time.Second).Should(Equal(kdv1alpha1.DeviceHealthy))
+		n.settle()
+		Expect(n.writes.allocations() - before).To(BeZero())
+
+		By("a device the trainer holds leaving the kubelet's allocatable: its DeviceAllocation says which and why, in one write")
+		serverDA, err := deviceAllocation(server)()
+		Expect(err).NotTo(HaveOccurred())
+		flipped := time.Now()
+		k.listAndWatch(gopherResource, with("gopher-1", false))
+		Eventually(healthCell(trainer)).WithTimeout(5 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal("False"))
+		AddReportEntry("Observe mode: the kubelet stops listing a held device as allocatable → kubectl get da shows Healthy False", time.Since(flipped).String())
+		Expect(unhealthyDevices(trainer)()).To(ConsistOf(And(holding("gopher-1", kdv1alpha1.DeviceReasonKubeletNotAllocatable, "app"),
+			HaveField("Message", ContainSubstring("does not list the device as allocatable")))))
+		da, err := deviceAllocation(trainer)()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(condition(da.Status.Conditions, kdv1alpha1.DeviceAllocationHealthy)).To(HaveValue(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", kdv1alpha1.ReasonUnhealthyDevices),
+			HaveField("Message", "1 of 2 devices the pod holds are unhealthy: example.com/gopher gopher-1 (KubeletNotAllocatable)."))))
+		n.settle()
+		Expect(n.writes.allocations()-before).To(Equal(1), "DeviceAllocation writes for a held device turning unhealthy")
+		Consistently(n.writes.allocations).WithTimeout(2*time.Second).Should(Equal(before+1), "DeviceAllocation writes while it stays unhealthy")
+		Expect(deviceAllocation(server)()).To(HaveField("ResourceVersion", serverDA.ResourceVersion), "the other pod's DeviceAllocation is not written")
+		Expect(healthCell(server)()).To(Equal("True"))
+
+		By("allocatable again: Healthy True, none listed, in one write")
+		before = n.writes.allocations()
+		flipped = time.Now()
+		k.listAndWatch(gopherResource, all)
+		Eventually(healthCell(trainer)).WithTimeout(5 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal("True"))
+		AddReportEntry("Observe mode: the kubelet lists it allocatable again → kubectl get da shows Healthy True", time.Since(flipped).String())
+		Expect(unhealthyDevices(trainer)()).To(BeEmpty())
+		n.settle()
+		Expect(n.writes.allocations()-before).To(Equal(1), "DeviceAllocation writes for the device recovering")
+
+		By("no event on the pods: observe mode only looks")
+		Expect(eventsFor(trainer.UID)()).To(BeEmpty())
 	})
 
 	It("keeps an unhealthy device across an agent restart, and forgets one the kubelet stops counting", func() {

@@ -14,10 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package allocation
+package kube
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,19 +27,27 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
-	"github.com/kubedevice/kubedevice/internal/agent/kube"
+	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
 
-// A held device's health as the DeviceAllocation shows it (health.go). The device plugin API
-// carries only Healthy and Unhealthy; the agent knows more, and decides:
+// A held device's health as a DeviceAllocation shows it, the same for the allocation flow's
+// DeviceAllocations and observe mode's: the Healthy condition and status.unhealthyDevices. The
+// device plugin API carries only Healthy and Unhealthy; the agent knows more, and decides from
+// the device's reason in its core's snapshot (the core's in manage mode, the Observer's in
+// observe mode):
 //
 //   - the plugin reports the device unhealthy: unhealthy, PluginReportedUnhealthy;
 //   - the plugin stopped listing the device the pod holds: unhealthy, NotReportedByPlugin;
 //   - no plugin registered within the grace period, so the resource is gone from the node:
 //     unhealthy, ResourceRemoved;
+//   - observe mode: the kubelet does not list the device as allocatable: unhealthy,
+//     KubeletNotAllocatable (the kubelet says neither why nor whether the plugin is gone);
 //   - the plugin disconnected within its grace period, or has not registered again since an agent
 //     restart: unknown. Nothing new is known of the device, which the container still has: it
 //     keeps what the DeviceAllocation last said (a plugin's rolling update, a kubelet or agent
@@ -73,12 +82,12 @@ type deviceHealth struct {
 // healthLookup returns the health of the device id of resource.
 type healthLookup func(resource, id string) deviceHealth
 
-// healthView is the health of the core's devices as the allocation flow last read it: per
-// resource, the devices that are not healthy. It is read on every reconcile of a pod holding
-// devices, and refreshed from the core's snapshot of a resource when the core announces a change
-// of it, so a reconcile costs no snapshot of a resource of thousands of devices. Safe for
-// concurrent use.
-type healthView struct {
+// HealthView is the health of the core's devices as a flow writing DeviceAllocations last read
+// it: per resource, the devices that are not healthy. It is read on every reconcile of a pod
+// holding devices (WithHealth), and refreshed from the core's snapshot of a resource when the core
+// announces a change of it (Changed), so a reconcile costs no snapshot of a resource of thousands
+// of devices. Safe for concurrent use.
+type HealthView struct {
 	snapshot func(name string) (nodeagent.ResourceSnapshot, bool)
 
 	mu sync.Mutex
@@ -93,14 +102,16 @@ type resourceHealth struct {
 	devices map[string]deviceHealth
 }
 
-func newHealthView(snapshot func(name string) (nodeagent.ResourceSnapshot, bool)) *healthView {
-	return &healthView{snapshot: snapshot, resources: map[string]*resourceHealth{}}
+// NewHealthView returns a view reading each resource's devices with snapshot (false: the core
+// does not know the resource), the core's Snapshot.
+func NewHealthView(snapshot func(name string) (nodeagent.ResourceSnapshot, bool)) *HealthView {
+	return &HealthView{snapshot: snapshot, resources: map[string]*resourceHealth{}}
 }
 
 // refresh reads the named resources from the core again. The view's lock is held while the core
 // is read, so a reconcile's first read of a resource and a refresh are stored in the order they
 // read the core.
-func (v *healthView) refresh(names []string) {
+func (v *HealthView) refresh(names []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, name := range names {
@@ -110,7 +121,7 @@ func (v *healthView) refresh(names []string) {
 
 // device returns the health of the device id of resource, reading the resource from the core if
 // the view has not yet.
-func (v *healthView) device(resource, id string) deviceHealth {
+func (v *HealthView) device(resource, id string) deviceHealth {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	r := v.resources[resource]
@@ -126,7 +137,7 @@ func (v *healthView) device(resource, id string) deviceHealth {
 }
 
 // readLocked reads resource from the core. The caller holds v.mu.
-func (v *healthView) readLocked(resource string) *resourceHealth {
+func (v *HealthView) readLocked(resource string) *resourceHealth {
 	snap, ok := v.snapshot(resource)
 	if !ok {
 		return &resourceHealth{}
@@ -139,7 +150,7 @@ func (v *healthView) readLocked(resource string) *resourceHealth {
 			continue
 		case d.Reason == nodeagent.ReasonPluginDisconnected || d.Reason == nodeagent.ReasonAwaitingPlugin:
 			h = deviceHealth{state: deviceUnknown}
-		case d.Reason != nodeagent.ReasonNotReported:
+		case d.Reason != nodeagent.ReasonNotReported && d.Reason != kdv1alpha1.DeviceReasonKubeletNotAllocatable:
 			// Any other health a plugin reports is Unhealthy, as in the kubelet.
 			h.reason = kdv1alpha1.DeviceReasonPluginReportedUnhealthy
 		}
@@ -151,32 +162,78 @@ func (v *healthView) readLocked(resource string) *resourceHealth {
 	return r
 }
 
-// heldDevice is one device a pod holds, and the pod's containers holding it, in the pod's order.
-type heldDevice struct {
-	resource, id string
-	containers   []string
+// WithHealth returns want with the health the view says of the devices it lists, for the object
+// current (nil: none yet), changed at now: the unhealthy devices and the Healthy condition
+// (withHealth). The caller stamps it for the object (StampDeviceAllocation).
+func (v *HealthView) WithHealth(want kdv1alpha1.DeviceAllocationStatus, current *kdv1alpha1.DeviceAllocation, now time.Time) kdv1alpha1.DeviceAllocationStatus {
+	return withHealth(want, v.device, current, now)
 }
 
-// heldDevices lists the devices containers (a DeviceAllocation's, in the pod's order) hold, by
+// Changed reads resources from the core again and returns the pods whose DeviceAllocation on node
+// (read from c, the cache, with the index indexer.DeviceAllocationNodeName) lists a device of one
+// of them and does not show the health the core now says of its devices: the pods to reconcile
+// after the resources changed. A change of a device no pod holds names none, so it costs no write;
+// nor does a Released or deleted DeviceAllocation. A failed list is logged and names none.
+func (v *HealthView) Changed(ctx context.Context, c client.Reader, node string, resources []string, now time.Time) []types.NamespacedName {
+	v.refresh(resources)
+	list := &kdv1alpha1.DeviceAllocationList{}
+	// Read only, never modified: the cache's objects need not be copied at every change.
+	if err := c.List(ctx, list, client.MatchingFields{indexer.DeviceAllocationNodeName: node}, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the DeviceAllocations whose devices' health changed")
+		return nil
+	}
+	var keys []types.NamespacedName
+	for i := range list.Items {
+		da := &list.Items[i]
+		if da.Spec.NodeName != node || !da.DeletionTimestamp.IsZero() ||
+			meta.IsStatusConditionTrue(da.Status.Conditions, kdv1alpha1.DeviceAllocationReleased) || !listsResource(da, resources) {
+			continue
+		}
+		if healthDiffers(da, v.device, now) {
+			keys = append(keys, types.NamespacedName{Namespace: da.Namespace, Name: da.Spec.PodName})
+		}
+	}
+	return keys
+}
+
+// listsResource reports whether da lists a device of one of resources.
+func listsResource(da *kdv1alpha1.DeviceAllocation, resources []string) bool {
+	for _, c := range da.Status.Containers {
+		for _, res := range c.Resources {
+			if slices.Contains(resources, res.ResourceName) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HeldDevice is one device a pod holds, and the pod's containers holding it, in the pod's order.
+type HeldDevice struct {
+	Resource, ID string
+	Containers   []string
+}
+
+// HeldDevices lists the devices containers (a DeviceAllocation's, in the pod's order) hold, by
 // resource and ID.
-func heldDevices(containers []kdv1alpha1.ContainerAllocation) []heldDevice {
-	byKey := map[[2]string]*heldDevice{}
+func HeldDevices(containers []kdv1alpha1.ContainerAllocation) []HeldDevice {
+	byKey := map[[2]string]*HeldDevice{}
 	for _, c := range containers {
 		for _, r := range c.Resources {
 			for _, id := range r.DeviceIDs {
 				k := [2]string{r.ResourceName, id}
 				if byKey[k] == nil {
-					byKey[k] = &heldDevice{resource: r.ResourceName, id: id}
+					byKey[k] = &HeldDevice{Resource: r.ResourceName, ID: id}
 				}
-				byKey[k].containers = append(byKey[k].containers, c.Name)
+				byKey[k].Containers = append(byKey[k].Containers, c.Name)
 			}
 		}
 	}
-	out := make([]heldDevice, 0, len(byKey))
+	out := make([]HeldDevice, 0, len(byKey))
 	for _, d := range byKey {
 		out = append(out, *d)
 	}
-	slices.SortFunc(out, func(a, b heldDevice) int { return cmp.Or(cmp.Compare(a.resource, b.resource), cmp.Compare(a.id, b.id)) })
+	slices.SortFunc(out, func(a, b HeldDevice) int { return cmp.Or(cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.ID, b.ID)) })
 	return out
 }
 
@@ -186,7 +243,7 @@ func heldDevices(containers []kdv1alpha1.ContainerAllocation) []heldDevice {
 // the same reason keeps its transition time. A status listing no device gets neither. want is not
 // modified.
 func withHealth(want kdv1alpha1.DeviceAllocationStatus, lookup healthLookup, current *kdv1alpha1.DeviceAllocation, now time.Time) kdv1alpha1.DeviceAllocationStatus {
-	held := heldDevices(want.Containers)
+	held := HeldDevices(want.Containers)
 	if len(held) == 0 {
 		return want
 	}
@@ -197,12 +254,12 @@ func withHealth(want kdv1alpha1.DeviceAllocationStatus, lookup healthLookup, cur
 	st := want
 	st.UnhealthyDevices = nil
 	for _, d := range held {
-		prev := findUnhealthy(was, d.resource, d.id)
-		h := lookup(d.resource, d.id)
+		prev := FindUnhealthy(was, d.Resource, d.ID)
+		h := lookup(d.Resource, d.ID)
 		switch {
 		case h.state == deviceUnknown && prev != nil:
 			u := *prev.DeepCopy()
-			u.Containers = d.containers
+			u.Containers = d.Containers
 			st.UnhealthyDevices = append(st.UnhealthyDevices, u)
 		case h.state == deviceUnhealthy:
 			st.UnhealthyDevices = append(st.UnhealthyDevices, unhealthyDevice(d, h, prev, now))
@@ -216,10 +273,10 @@ func withHealth(want kdv1alpha1.DeviceAllocationStatus, lookup healthLookup, cur
 // unhealthyDevice is d's entry in unhealthyDevices, h saying why; its transition time is prev's
 // (the entry as the object has it, nil: none) while the reason holds, else when the core saw the
 // device change (now when it does not say).
-func unhealthyDevice(d heldDevice, h deviceHealth, prev *kdv1alpha1.UnhealthyDevice, now time.Time) kdv1alpha1.UnhealthyDevice {
+func unhealthyDevice(d HeldDevice, h deviceHealth, prev *kdv1alpha1.UnhealthyDevice, now time.Time) kdv1alpha1.UnhealthyDevice {
 	u := kdv1alpha1.UnhealthyDevice{
-		ResourceName: d.resource, DeviceID: d.id, Containers: d.containers,
-		Reason: h.reason, Message: kube.Truncate(h.message, maxHealthMessage),
+		ResourceName: d.Resource, DeviceID: d.ID, Containers: d.Containers,
+		Reason: h.reason, Message: Truncate(h.message, maxHealthMessage),
 	}
 	switch {
 	case prev != nil && prev.Reason == h.reason && prev.LastTransitionTime != nil:
@@ -248,7 +305,7 @@ func healthyCondition(count int, unhealthy []kdv1alpha1.UnhealthyDevice, now tim
 		names = append(names, fmt.Sprintf("and %d more", len(unhealthy)-maxDevicesNamed))
 	}
 	c.Status, c.Reason = metav1.ConditionFalse, kdv1alpha1.ReasonUnhealthyDevices
-	c.Message = kube.Truncate(fmt.Sprintf("%d of %d devices the pod holds are unhealthy: %s.", len(unhealthy), count, strings.Join(names, ", ")), maxHealthMessage)
+	c.Message = Truncate(fmt.Sprintf("%d of %d devices the pod holds are unhealthy: %s.", len(unhealthy), count, strings.Join(names, ", ")), maxHealthMessage)
 	return c
 }
 
@@ -272,8 +329,8 @@ func unhealthyEqual(a, b kdv1alpha1.UnhealthyDevice) bool {
 		a.Message == b.Message && slices.Equal(a.Containers, b.Containers)
 }
 
-// findUnhealthy returns the entry of the device id of resource in list, nil when it has none.
-func findUnhealthy(list []kdv1alpha1.UnhealthyDevice, resource, id string) *kdv1alpha1.UnhealthyDevice {
+// FindUnhealthy returns the entry of the device id of resource in list, nil when it has none.
+func FindUnhealthy(list []kdv1alpha1.UnhealthyDevice, resource, id string) *kdv1alpha1.UnhealthyDevice {
 	for i := range list {
 		if list[i].ResourceName == resource && list[i].DeviceID == id {
 			return &list[i]

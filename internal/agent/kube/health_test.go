@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package allocation
+package kube
 
 import (
 	"strings"
@@ -24,12 +24,21 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	kdv1alpha1 "github.com/kubedevice/kubedevice/api/v1alpha1"
+	"github.com/kubedevice/kubedevice/internal/contract"
+	"github.com/kubedevice/kubedevice/internal/indexer"
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
-	"github.com/kubedevice/kubedevice/internal/testutil"
+)
+
+const testResource = "example.com/gopher"
+
+var (
+	t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	t1 = t0.Add(90*time.Second + 250*time.Millisecond)
 )
 
 // fakeSnapshots serves resource snapshots and counts the reads.
@@ -59,8 +68,10 @@ func TestHealthViewReasons(t *testing.T) {
 		sick("dropped", nodeagent.ReasonNotReported),
 		sick("disconnected", nodeagent.ReasonPluginDisconnected),
 		sick("awaiting", nodeagent.ReasonAwaitingPlugin),
+		// Observe mode's: the kubelet does not list the device as allocatable.
+		sick("notAllocatable", kdv1alpha1.DeviceReasonKubeletNotAllocatable),
 	)}
-	v := newHealthView(f.snapshot)
+	v := NewHealthView(f.snapshot)
 	for id, want := range map[string]deviceHealth{
 		"ok":           {},
 		"unlisted":     {},
@@ -68,6 +79,8 @@ func TestHealthViewReasons(t *testing.T) {
 		"dropped":      {state: deviceUnhealthy, reason: kdv1alpha1.DeviceReasonNotReported, message: "NotReportedByPlugin message", since: t0},
 		"disconnected": {state: deviceUnknown},
 		"awaiting":     {state: deviceUnknown},
+		"notAllocatable": {state: deviceUnhealthy, reason: kdv1alpha1.DeviceReasonKubeletNotAllocatable,
+			message: "KubeletNotAllocatable message", since: t0},
 	} {
 		if got := v.device(testResource, id); got != want {
 			t.Errorf("device %s: %+v, want %+v", id, got, want)
@@ -185,38 +198,47 @@ func TestHealthDiffers(t *testing.T) {
 	}
 }
 
-func TestReportHealth(t *testing.T) {
-	pod := testutil.MakePod("p", "ns").Node("n1").InitContainer("init", testResource, 1).Request(testResource, 2).Obj()
-	// dev-0 and dev-1 are the device plugin path's; claim-0 a DRA claim's, which the kubelet reports.
-	alloc := &nodeagent.PodAllocation{PodUID: "uid-1", Namespace: "ns", Name: "p", Containers: []nodeagent.ContainerAllocation{
-		{Name: "app", Resources: []nodeagent.ResourceAllocation{{ResourceName: testResource, DeviceIDs: []string{"dev-0", "dev-1"}}}},
-		{Name: "init", Resources: []nodeagent.ResourceAllocation{{ResourceName: testResource, DeviceIDs: []string{"dev-0"}}}},
-	}}
-	entry := func(id, reason string, containers ...string) kdv1alpha1.UnhealthyDevice {
-		return kdv1alpha1.UnhealthyDevice{ResourceName: testResource, DeviceID: id, Containers: containers, Reason: reason, Message: "m"}
+// Changed names the pods whose DeviceAllocation on the node lists a changed resource and does
+// not show its devices' health, after reading the resources again; none other.
+func TestHealthViewChanged(t *testing.T) {
+	f := &fakeSnapshots{snaps: devicesOf(sick("dev-1", kdv1alpha1.DeviceReasonKubeletNotAllocatable))}
+	v := NewHealthView(f.snapshot)
+	da := func(node, pod string, st kdv1alpha1.DeviceAllocationStatus) *kdv1alpha1.DeviceAllocation {
+		return &kdv1alpha1.DeviceAllocation{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: node + "." + pod},
+			Spec: kdv1alpha1.DeviceAllocationSpec{NodeName: node, PodName: pod, PodUID: pod + "-uid"}, Status: st}
 	}
-	current := &kdv1alpha1.DeviceAllocation{Status: kdv1alpha1.DeviceAllocationStatus{UnhealthyDevices: []kdv1alpha1.UnhealthyDevice{
-		entry("dev-1", kdv1alpha1.DeviceReasonPluginReportedUnhealthy, "app"),
-		entry("claim-0", kdv1alpha1.DeviceReasonPluginReportedUnhealthy, "app"),
-	}}}
-	st := kdv1alpha1.DeviceAllocationStatus{UnhealthyDevices: []kdv1alpha1.UnhealthyDevice{
-		entry("dev-0", kdv1alpha1.DeviceReasonNotReported, "init", "app"),
-		entry("claim-1", kdv1alpha1.DeviceReasonPluginReportedUnhealthy, "app"),
-	}}
-	rec := events.NewFakeRecorder(10)
-	r := &reconciler{Options: Options{Recorder: rec, Clock: clock.RealClock{}}}
-	r.reportHealth(pod, current, st, alloc)
-	r.reportHealth(pod, &kdv1alpha1.DeviceAllocation{Status: st}, st, alloc)
-	close(rec.Events)
-	var got []string
-	for e := range rec.Events {
-		got = append(got, e)
+	healthy := withHealth(heldStatus(), lookupOf(nil), nil, t0)
+	released := *healthy.DeepCopy()
+	meta.SetStatusCondition(&released.Conditions, metav1.Condition{Type: kdv1alpha1.DeviceAllocationReleased, Status: metav1.ConditionTrue, Reason: kdv1alpha1.ReasonPodDeleted})
+	other := kdv1alpha1.DeviceAllocationStatus{Containers: []kdv1alpha1.ContainerAllocation{
+		{Name: "app", Resources: []kdv1alpha1.ResourceAllocation{{ResourceName: "acme.io/other", DeviceIDs: []string{"dev-1"}}}}}}
+	scheme, err := contract.NewScheme()
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := []string{
-		"Warning DeviceUnhealthy Containers init, app: device dev-0 of example.com/gopher is unhealthy: NotReportedByPlugin: m",
-		"Normal DeviceHealthy Container app: device dev-1 of example.com/gopher is healthy again (it was PluginReportedUnhealthy).",
+	c := fake.NewClientBuilder().WithScheme(scheme).
+		WithIndex(&kdv1alpha1.DeviceAllocation{}, indexer.DeviceAllocationNodeName, func(o client.Object) []string {
+			return []string{o.(*kdv1alpha1.DeviceAllocation).Spec.NodeName}
+		}).
+		WithObjects(
+			da("n1", "stale", healthy),
+			da("n1", "current", withHealth(heldStatus(), v.device, nil, t0)),
+			da("n1", "released", released),
+			da("n1", "other-resource", withHealth(other, lookupOf(nil), nil, t0)),
+			da("n2", "other-node", healthy),
+		).Build()
+
+	got := v.Changed(t.Context(), c, "n1", []string{testResource}, t1)
+	if want := []types.NamespacedName{{Namespace: "ns", Name: "stale"}}; !cmp.Equal(got, want) {
+		t.Errorf("pods to reconcile: %v, want %v", got, want)
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("events (-want +got):\n%s", diff)
+	// dev-1 healthy again: the view reads the resource again, and the other pod is named.
+	f.snaps = devicesOf()
+	got = v.Changed(t.Context(), c, "n1", []string{testResource}, t1)
+	if want := []types.NamespacedName{{Namespace: "ns", Name: "current"}}; !cmp.Equal(got, want) {
+		t.Errorf("pods to reconcile after the device recovered: %v, want %v", got, want)
+	}
+	if got := v.Changed(t.Context(), c, "n1", []string{"acme.io/unheld"}, t1); len(got) != 0 {
+		t.Errorf("pods to reconcile for a resource none holds: %v, want none", got)
 	}
 }
