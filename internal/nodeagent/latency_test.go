@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent/dptest"
@@ -97,8 +98,12 @@ func BenchmarkListAndWatchToCapacity(b *testing.B) {
 
 // BenchmarkRegisterToCapacity measures a whole registration: Register,
 // dial back, options, first ListAndWatch message, counted in the snapshot.
+// It registers b.N plugins as fast as it can, so it lifts the registration
+// rate limit (10 a second, burst 50), which would refuse the 51st; and each
+// plugin goes away before the next registers (untimed), as the agent admits
+// at most 128 resources connected at once.
 func BenchmarkRegisterToCapacity(b *testing.B) {
-	tm := newTestManager(b, true)
+	tm := newTestManager(b, true, func(_ *testManager, cfg *Config) { cfg.RegistrationRate = rate.Inf })
 	sub := tm.Subscribe()
 	defer sub.Close()
 	for i := 0; i < b.N; i++ {
@@ -108,5 +113,27 @@ func BenchmarkRegisterToCapacity(b *testing.B) {
 		b.StartTimer()
 		mustRegister(b, p, tm.SocketPath())
 		waitAllocatable(b, tm, sub, name, 1)
+		b.StopTimer()
+		p.Stop()
+		waitDisconnected(b, tm, sub, name)
+	}
+}
+
+// waitDisconnected waits, driven by the subscription, until the snapshot
+// reports name's plugin disconnected (the registration server has let go of
+// its connection by then).
+func waitDisconnected(tb testing.TB, tm *testManager, sub *Subscription, name string) {
+	tb.Helper()
+	timeout := time.After(waitTimeout)
+	for {
+		if s, ok := tm.Snapshot(name); ok && s.State == PluginDisconnected {
+			return
+		}
+		select {
+		case <-sub.Ready():
+			sub.Changed()
+		case <-timeout:
+			tb.Fatalf("%s never reported its plugin disconnected", name)
+		}
 	}
 }

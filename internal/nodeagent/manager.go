@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -74,6 +75,13 @@ type Config struct {
 	// DialTimeout bounds dialing a plugin; defaults to
 	// registration.DefaultDialTimeout.
 	DialTimeout time.Duration
+	// RegistrationRate and RegistrationBurst are the token bucket that bounds
+	// registration attempts on both paths (each dials the plugin back); an
+	// attempt beyond it is refused with ResourceExhausted. Zero (or less)
+	// means registration.DefaultRegistrationRate (10 a second) and
+	// registration.DefaultRegistrationBurst (50); rate.Inf lifts the bound.
+	RegistrationRate  rate.Limit
+	RegistrationBurst int
 
 	// StateDir holds the manager's checkpoint and reallocation files. It
 	// must not be the plugin directory in production: every device plugin
@@ -270,6 +278,8 @@ func New(cfg Config) (*Manager, error) {
 		Handler:            pluginHandler{m},
 		OnRegistration:     m.metrics.countRegistration,
 		DialTimeout:        cfg.DialTimeout,
+		RegistrationRate:   cfg.RegistrationRate,
+		RegistrationBurst:  cfg.RegistrationBurst,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating device plugin registration server: %w", err)

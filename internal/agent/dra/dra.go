@@ -177,7 +177,7 @@ func (r *runner) Start(ctx context.Context) error {
 	if c == nil {
 		return err
 	}
-	return publish(ctx, r.opts.Core, c, r.driver.fatal)
+	return publish(ctx, r.opts.Core, sc.publisher(), r.driver.fatal)
 }
 
 // taintStale taints the devices of the slices an earlier run left as the restored state says

@@ -20,10 +20,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -50,7 +52,8 @@ var _ publisher = &resourceslice.Controller{}
 // instead, so it has synced by the time the first plugin registers, and publishes through it
 // directly (the Helper then manages no slices).
 type sliceController struct {
-	done chan struct{}
+	done  chan struct{}
+	queue *heldQueue
 	// c and err are StartController's results, set before done is closed.
 	c   *resourceslice.Controller
 	err error
@@ -65,11 +68,10 @@ type sliceController struct {
 const sliceSyncDelay = time.Second
 
 // startSliceController starts the controller of node's slices of the driver in the background,
-// with no pools to publish: until the first Update it writes nothing (existing slices of pools it
-// is not given are removed at its next sync, sliceSyncDelay after it sees them). It stops when ctx
-// ends; stop waits for that.
+// with no pools to publish: its queue holds its worker until the first Update through publisher,
+// so it writes nothing before (heldQueue). It stops when ctx ends; stop waits for that.
 func startSliceController(ctx context.Context, client kubernetes.Interface, node string) *sliceController {
-	s := &sliceController{done: make(chan struct{})}
+	s := &sliceController{done: make(chan struct{}), queue: newHeldQueue()}
 	go func() {
 		defer close(s.done)
 		ctx := klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), "resourceslices"))
@@ -78,6 +80,7 @@ func startSliceController(ctx context.Context, client kubernetes.Interface, node
 			KubeClient: client,
 			Owner:      nodeOwner(ctx, client, node),
 			SyncDelay:  ptr.To(sliceSyncDelay),
+			Queue:      s.queue,
 			// The default handler logs; publishing errors are retried by the controller and fixed
 			// by nothing the agent could do (as kubeletplugin treats them: recoverable).
 		})
@@ -130,6 +133,73 @@ func (s *sliceController) wait(ctx context.Context, fatal <-chan error) (*resour
 func (s *sliceController) stop() {
 	<-s.done
 	s.c.Stop()
+}
+
+// publisher is the started controller as publish's publisher: its Update releases the queue.
+func (s *sliceController) publisher() publisher {
+	return releasing{publisher: s.c, release: s.queue.release}
+}
+
+// releasing is a publisher whose Update releases the controller's queue once it has passed the
+// pools on.
+type releasing struct {
+	publisher
+	release func()
+}
+
+func (r releasing) Update(resources *resourceslice.DriverResources) {
+	r.publisher.Update(resources)
+	r.release()
+}
+
+// heldQueue is the slice controller's work queue (the library's default one), whose Get waits
+// until release (or shut-down). The controller syncs every pool its informer lists a SyncDelay
+// after listing it, and a pool it has not been given is removed: the slices an earlier run left,
+// which the restored state publishes again. The informer lists as it starts, and StartController
+// returns at its next check a second later, so that sync fell due milliseconds after the flow's
+// first Update could come at the earliest; on a loaded node it came first, and the controller
+// deleted the earlier run's slices (tainted by taintStale) and created them again: two more
+// writes, and the node's DRA devices gone from the API in between. Held until the first Update,
+// the worker finds the pools in every sync.
+type heldQueue struct {
+	workqueue.TypedRateLimitingInterface[string]
+	released, shutDown        chan struct{}
+	releaseOnce, shutDownOnce sync.Once
+}
+
+func newHeldQueue() *heldQueue {
+	return &heldQueue{
+		TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node_resource_slices"},
+		),
+		released: make(chan struct{}),
+		shutDown: make(chan struct{}),
+	}
+}
+
+// release lets the worker take items.
+func (q *heldQueue) release() { q.releaseOnce.Do(func() { close(q.released) }) }
+
+// Get waits until the queue is released or shut down, then gets the next item.
+func (q *heldQueue) Get() (string, bool) {
+	select {
+	case <-q.released:
+	case <-q.shutDown:
+	}
+	return q.TypedRateLimitingInterface.Get()
+}
+
+// ShutDown shuts the queue down, ending a Get that waits for the release.
+func (q *heldQueue) ShutDown() {
+	q.shutDownOnce.Do(func() { close(q.shutDown) })
+	q.TypedRateLimitingInterface.ShutDown()
+}
+
+// ShutDownWithDrain is ShutDown, waiting for the items being processed.
+func (q *heldQueue) ShutDownWithDrain() {
+	q.shutDownOnce.Do(func() { close(q.shutDown) })
+	q.TypedRateLimitingInterface.ShutDownWithDrain()
 }
 
 // publish publishes the pools of the DRA-served resources now and again whenever the core

@@ -18,14 +18,17 @@ package dra
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubedevice/kubedevice/internal/nodeagent"
 )
@@ -49,7 +52,7 @@ func TestSliceControllerPublishes(t *testing.T) {
 	resources, _ := driverResources([]nodeagent.ResourceSnapshot{{ResourceName: gopher, ServedByDRA: true, Devices: []nodeagent.DeviceSnapshot{
 		{ID: "g-0", Health: nodeagent.Healthy},
 	}}})
-	ctrl.Update(&resources)
+	sc.publisher().Update(&resources)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		list, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
@@ -69,6 +72,49 @@ func TestSliceControllerPublishes(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestSliceControllerWaitsForFirstUpdate checks that the controller does not remove the slices an
+// earlier run left before the flow's first Update gives it the pools, however long that takes:
+// with no pools, its sync a SyncDelay after listing them would delete them.
+func TestSliceControllerWaitsForFirstUpdate(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	earlier := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "earlier", ResourceVersion: "1"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: DriverName, NodeName: ptr.To("n1"),
+			Pool:    resourceapi.ResourcePool{Name: gopher, Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "g-0"}},
+		},
+	}
+	c := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-uid"}}, earlier)
+	sc := startSliceController(ctx, c, "n1")
+	defer func() {
+		cancel()
+		sc.stop()
+	}()
+	if ctrl, err := sc.wait(ctx, nil); err != nil || ctrl == nil {
+		t.Fatalf("wait = %v, %v; want the controller", ctrl, err)
+	}
+	time.Sleep(sliceSyncDelay + 500*time.Millisecond)
+	if _, err := c.ResourceV1().ResourceSlices().Get(ctx, "earlier", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the earlier run's slice before the first Update: %v", err)
+	}
+	if n := countActions(c, "delete", "create"); n != 0 {
+		t.Errorf("%d ResourceSlice writes before the first Update, want none", n)
+	}
+}
+
+// countActions counts the clientset's actions of the given verbs on ResourceSlices.
+func countActions(c *fake.Clientset, verbs ...string) int {
+	n := 0
+	for _, a := range c.Actions() {
+		if a.GetResource().Resource == "resourceslices" && slices.Contains(verbs, a.GetVerb()) {
+			n++
+		}
+	}
+	return n
 }
 
 func TestSliceControllerStopsBeforeSync(t *testing.T) {

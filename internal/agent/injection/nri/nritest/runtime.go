@@ -45,10 +45,10 @@ type Runtime struct {
 	r     *adaptation.Adaptation
 	l     net.Listener
 	conns []net.Conn
-
-	// synced counts the plugins synchronized since the last Start. It is not under mu: the
-	// adaptation synchronizes pre-launched plugins inside Start, which holds mu.
-	synced atomic.Int64
+	// synced counts the plugins that connected to the socket and synchronized since the last
+	// Start; each Start counts anew, so a late synchronization of a stopped runtime's plugin
+	// does not count.
+	synced *atomic.Int64
 }
 
 // New returns a runtime that will serve socket; its directory holds the runtime's own files.
@@ -67,11 +67,11 @@ func (rt *Runtime) Start() error {
 		return errors.New("starting the NRI runtime: already running")
 	}
 	private := rt.socket + ".runtime"
-	rt.synced.Store(0)
+	synced := new(atomic.Int64)
 	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
 		_, err := cb(ctx, nil, nil)
 		if err == nil {
-			rt.synced.Add(1)
+			synced.Add(1)
 		}
 		return err
 	}
@@ -90,13 +90,16 @@ func (rt *Runtime) Start() error {
 	if err := r.Start(); err != nil {
 		return fmt.Errorf("starting the NRI runtime: %w", err)
 	}
+	// Start called sync once for the pre-launched plugins (the default validator), which is no
+	// plugin connecting: those count from here, as the public socket is served from here.
+	synced.Store(0)
 	_ = os.Remove(rt.socket)
 	l, err := net.Listen("unix", rt.socket)
 	if err != nil {
 		r.Stop()
 		return fmt.Errorf("listening on %s: %w", rt.socket, err)
 	}
-	rt.r, rt.l = r, l
+	rt.r, rt.l, rt.synced = r, l, synced
 	go rt.serve(l, private)
 	return nil
 }
@@ -114,23 +117,24 @@ func (rt *Runtime) Stop() {
 	}
 	rt.conns = nil
 	rt.r.Stop()
-	rt.r, rt.l = nil, nil
+	rt.r, rt.l, rt.synced = nil, nil, nil
 }
 
-// WaitForPlugins waits until n plugins have synchronized with the runtime since it started and
-// the runtime lists them, so that CreateContainer reaches them. A plugin counts itself connected
-// once it has answered Synchronize; the runtime adds it to its list a moment later.
+// WaitForPlugins waits until n plugins have connected to the socket and synchronized with the
+// runtime since it started, and the runtime lists them, so that CreateContainer reaches them. A
+// plugin counts itself connected once it has answered the runtime's Configure, before the runtime
+// synchronizes it; the runtime adds it to its list a moment after synchronizing it.
 func (rt *Runtime) WaitForPlugins(ctx context.Context, n int64) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		rt.mu.Lock()
-		r := rt.r
+		r, count := rt.r, rt.synced
 		rt.mu.Unlock()
-		synced := rt.synced.Load()
 		if r == nil {
 			return errors.New("waiting for NRI plugins: the runtime is stopped")
 		}
+		synced := count.Load()
 		if synced >= n {
 			// The adaptation holds its sync lock from synchronizing a plugin until it lists it.
 			r.BlockPluginSync().Unblock()
