@@ -166,6 +166,13 @@ type Manager struct {
 	logger   klog.Logger
 	stopOnce sync.Once
 
+	// removals are the grace timers' removals in flight (startRemoval):
+	// Stop waits for them, checkpoint writes included, and once
+	// removalsStopped is set no timer starts another.
+	removalsMu      sync.Mutex
+	removalsStopped bool
+	removals        sync.WaitGroup
+
 	// mu guards the device state.
 	mu        sync.Mutex
 	resources map[string]*resourceState
@@ -318,10 +325,15 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 // Stop disconnects every plugin and stops serving. It is idempotent and safe
-// without Start. Device state stays readable.
+// without Start. Device state stays readable. Nothing writes the checkpoint
+// once it has returned: it waits for a removal a grace timer started.
 func (m *Manager) Stop() {
 	m.stopOnce.Do(func() {
 		m.server.Stop()
+		m.removalsMu.Lock()
+		m.removalsStopped = true
+		m.removalsMu.Unlock()
+		m.removals.Wait()
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		for _, r := range m.resources {
@@ -485,9 +497,24 @@ func (m *Manager) removeExpiredLocked(now time.Time) bool {
 func (m *Manager) scheduleRemovalLocked(r *resourceState) {
 	r.stopGraceTimer()
 	delay := r.primary.stoppedAt().Add(m.grace).Sub(m.clock.Now())
-	// The callback may run with the clock's lock held (fake clocks do), so it
-	// must not call back into the clock synchronously.
-	r.graceTimer = m.clock.AfterFunc(max(delay, 0), func() { go m.removeExpired() })
+	r.graceTimer = m.clock.AfterFunc(max(delay, 0), m.startRemoval)
+}
+
+// startRemoval is the grace timers' callback: it runs removeExpired on a
+// goroutine Stop waits for, unless Stop has begun. The callback may run with
+// the clock's lock held (fake clocks do), so it must not call back into the
+// clock synchronously, nor take m.mu, whose holders read the clock.
+func (m *Manager) startRemoval() {
+	m.removalsMu.Lock()
+	defer m.removalsMu.Unlock()
+	if m.removalsStopped {
+		return
+	}
+	m.removals.Add(1)
+	go func() {
+		defer m.removals.Done()
+		m.removeExpired()
+	}()
 }
 
 func (m *Manager) removeExpired() {

@@ -89,6 +89,45 @@ func TestStop(t *testing.T) {
 	})
 }
 
+// Stop waits for a removal a grace timer has started, so nothing writes the
+// checkpoint once it has returned (the removal's write used to come later:
+// into a test's removed directory, or over the file of the agent started next).
+func TestStopWaitsForGraceRemoval(t *testing.T) {
+	tm := newTestManager(t, true)
+	p := newPlugin(t, tm.dir, "p.sock", testResource, dptest.Device("a", pluginapi.Healthy))
+	mustRegister(t, p, tm.SocketPath())
+	tm.waitCounts(t, map[string]string{testResource: "1/1"})
+	p.Stop()
+	tm.waitCounts(t, map[string]string{testResource: "1/0"})
+
+	// The removal writes the checkpoint: holding the writers' lock holds it.
+	tm.ckptMu.Lock()
+	tm.clock.Step(DefaultEndpointGracePeriod) // starts the removal
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tm.Stop()
+	}()
+	select {
+	case <-stopped:
+		tm.ckptMu.Unlock()
+		t.Fatal("Stop returned while the removal's checkpoint write was pending")
+	case <-time.After(100 * time.Millisecond):
+	}
+	tm.ckptMu.Unlock()
+	select {
+	case <-stopped:
+	case <-time.After(waitTimeout):
+		t.Fatal("Stop did not return once the removal could write")
+	}
+	if _, ok := tm.Snapshot(testResource); ok {
+		t.Error("resource still present after Stop")
+	}
+	if got := tm.readCheckpoint(t).State.RegisteredDevices; len(got) != 0 {
+		t.Errorf("checkpoint after Stop registers %v, want the removal written", got)
+	}
+}
+
 // The kubelet's TestDevicePluginReRegistration and its probe-mode twin: a
 // plugin re-registering on a new socket with the same devices keeps them, and
 // one with different devices replaces them.

@@ -54,17 +54,28 @@ func restartedManager(t *testing.T, old *testManager, bootID string) *testManage
 // (another store would remove the temporary file of a write in progress).
 func (tm *testManager) readCheckpoint(t *testing.T) *checkpoint.Checkpoint {
 	t.Helper()
+	cp, err := tm.tryReadCheckpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// tryReadCheckpoint is readCheckpoint returning its error, which matches
+// checkpoint.ErrNotFound before the first write. It holds the writers' lock:
+// a write it sees has finished, counted in the metrics.
+func (tm *testManager) tryReadCheckpoint() (*checkpoint.Checkpoint, error) {
 	tm.ckptMu.Lock()
 	defer tm.ckptMu.Unlock()
 	store, _, err := tm.checkpointStoresLocked()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cp, err := store.Read()
 	if err != nil {
-		t.Fatalf("reading the checkpoint: %v", err)
+		return nil, fmt.Errorf("reading the checkpoint: %w", err)
 	}
-	return cp
+	return cp, nil
 }
 
 func (tm *testManager) start(t *testing.T) {
@@ -574,10 +585,19 @@ func TestCheckpointWrites(t *testing.T) {
 		t.Helper()
 		return tm.readCheckpoint(t).State.RegisteredDevices
 	}
+	// The plugin's stream goroutine writes the devices after the manager
+	// shows them (startPlugin's wait): the first write creates the file.
 	waitRegistered := func(t *testing.T, want map[string][]string) {
 		t.Helper()
 		dptest.Eventually(t, waitTimeout, func() error {
-			if diff := cmp.Diff(want, registered(t)); diff != "" {
+			cp, err := tm.tryReadCheckpoint()
+			if errors.Is(err, checkpoint.ErrNotFound) {
+				return err
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, cp.State.RegisteredDevices); diff != "" {
 				return fmt.Errorf("registered devices in the checkpoint (-want +got):\n%s", diff)
 			}
 			return nil
