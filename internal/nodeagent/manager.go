@@ -234,24 +234,9 @@ type Manager struct {
 
 // New returns a manager that is not started.
 func New(cfg Config) (*Manager, error) {
-	if cfg.PluginDir == "" {
-		cfg.PluginDir = registration.DefaultPluginDir
-	}
-	if cfg.EndpointGracePeriod <= 0 {
-		cfg.EndpointGracePeriod = DefaultEndpointGracePeriod
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if err := defaultAllocationConfig(&cfg); err != nil {
-		return nil, err
-	}
-	numa, err := topology.ReadNUMAInfo(cfg.SysRoot, cfg.TopologyPolicyOptions.PreferClosestNUMA)
+	numa, err := completeConfig(&cfg)
 	if err != nil {
-		return nil, fmt.Errorf("creating device manager: %w", err)
-	}
-	if err := topology.CheckMachine(cfg.TopologyPolicy, cfg.TopologyPolicyOptions, numa.Nodes); err != nil {
-		return nil, fmt.Errorf("creating device manager: %w", err)
+		return nil, err
 	}
 	m := &Manager{
 		cfg:       cfg,
@@ -293,6 +278,31 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.server = server
 	return m, nil
+}
+
+// completeConfig fills cfg's defaults and checks the machine against its topology policy,
+// returning the machine's NUMA information.
+func completeConfig(cfg *Config) (topology.NUMAInfo, error) {
+	if cfg.PluginDir == "" {
+		cfg.PluginDir = registration.DefaultPluginDir
+	}
+	if cfg.EndpointGracePeriod <= 0 {
+		cfg.EndpointGracePeriod = DefaultEndpointGracePeriod
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if err := defaultAllocationConfig(cfg); err != nil {
+		return topology.NUMAInfo{}, err
+	}
+	numa, err := topology.ReadNUMAInfo(cfg.SysRoot, cfg.TopologyPolicyOptions.PreferClosestNUMA)
+	if err != nil {
+		return topology.NUMAInfo{}, fmt.Errorf("creating device manager: %w", err)
+	}
+	if err := topology.CheckMachine(cfg.TopologyPolicy, cfg.TopologyPolicyOptions, numa.Nodes); err != nil {
+		return topology.NUMAInfo{}, fmt.Errorf("creating device manager: %w", err)
+	}
+	return numa, nil
 }
 
 // Start serves the registration socket and the pluginwatcher. ctx supplies
